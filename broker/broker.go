@@ -1,0 +1,140 @@
+// Package broker runs a NATS server with JetStream inside the aerie
+// process: for `aerie run` (everything on one machine), `aerie server`
+// (a development broker for several aerie processes) and tests. Production
+// runs a nats-server cluster instead; see deploy/.
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultMaxPayload is the largest message the embedded server accepts:
+// 8 MiB instead of NATS's 1 MiB default, so that long-context prompts and
+// long answers fit. A nats-server cluster needs `max_payload: 8MB` in its
+// configuration for the same (see deploy/nats-server.conf).
+const DefaultMaxPayload = 8 << 20
+
+// Config configures an embedded server. The zero value is not usable:
+// StoreDir is required.
+type Config struct {
+	// StoreDir holds JetStream's file store. Required: a broker that
+	// forgets its streams on restart could not resume a run.
+	StoreDir string
+	// Host is the listen address; empty means 127.0.0.1, so a development
+	// broker is not exposed to the network by accident.
+	Host string
+	// Port is the client port; 0 means a random free port (tests), use 4222
+	// for the usual one.
+	Port int
+	// MaxPayload in bytes; zero means DefaultMaxPayload.
+	MaxPayload int32
+	// SyncInterval is how often JetStream flushes to disk. Zero means every
+	// write is fsynced before it is acknowledged ("sync_interval: always"):
+	// JetStream's own default of two minutes can lose acknowledged prompts
+	// and results on power loss, and LLM traffic is slow enough to afford
+	// an fsync per message.
+	SyncInterval time.Duration
+	// Logger receives the server's warnings and errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	ns *server.Server
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("broker: a store directory is required (JetStream keeps prompts and results there)")
+	}
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := cfg.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	maxPayload := cfg.MaxPayload
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	opts := &server.Options{
+		ServerName: "aerie",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		MaxPayload: maxPayload,
+		NoSigs:     true,
+	}
+	if cfg.SyncInterval == 0 {
+		opts.SyncAlways = true
+	} else {
+		opts.SyncInterval = cfg.SyncInterval
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("broker: configure server on %s:%d with store %s: %w", host, cfg.Port, cfg.StoreDir, err)
+	}
+	if cfg.Logger != nil {
+		ns.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats-server")}, false, false, false)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("broker: server on %s:%d did not become ready within 30s (is the port in use? is %s writable?)", host, cfg.Port, cfg.StoreDir)
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the URL other processes connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// Addr is the host:port the server listens on.
+func (s *Server) Addr() string {
+	a := s.ns.Addr().(*net.TCPAddr)
+	return net.JoinHostPort(a.IP.String(), strconv.Itoa(a.Port))
+}
+
+// Connect opens an in-process client connection (no TCP) with the given
+// options added to aerie's defaults.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.ns), nats.Name("aerie-embedded")}, opts...)
+	nc, err := nats.Connect(s.ClientURL(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: connect in process: %w", err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops the server and waits until it has stopped, flushing the
+// store.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// NATS exposes the underlying server for tests that need to restart or
+// inspect it.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// logAdapter sends the server's log lines to slog. Notices are debug
+// level: the server is chatty at start-up and aerie reports what matters.
+type logAdapter struct{ l *slog.Logger }
+
+func (a *logAdapter) Noticef(format string, v ...any) { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Tracef(format string, v ...any)  {}

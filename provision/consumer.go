@@ -1,0 +1,78 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// WorkersConsumer returns the run's durable pull consumer on the prompts
+// stream, shared by every worker, creating it if missing.
+func WorkersConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
+	opts = opts.withDefaults()
+	return ensureConsumer(ctx, js, schema.PromptsStream, jetstream.ConsumerConfig{
+		Durable:       schema.WorkersConsumer(run),
+		Description:   "aerie workers of run " + run,
+		FilterSubject: schema.RunFilter(schema.PromptsRoot, run),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       opts.AckWait,
+		MaxDeliver:    opts.MaxDeliver,
+		MaxAckPending: opts.MaxAckPending,
+		// Pull requests from up to a few hundred workers, each with one
+		// outstanding request at a time.
+		MaxWaiting: 512,
+	})
+}
+
+// ResultsConsumer returns the aggregator's durable consumer on the results
+// of run, creating it if missing.
+func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
+	opts = opts.withDefaults()
+	return ensureConsumer(ctx, js, schema.ResultsStream, jetstream.ConsumerConfig{
+		Durable:       schema.ResultsConsumer(run),
+		Description:   "aerie aggregator of run " + run,
+		FilterSubject: schema.RunFilter(schema.ResultsRoot, run),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       opts.AckWait,
+		MaxAckPending: 4096,
+	})
+}
+
+// DeadConsumer returns the aggregator's durable consumer on the dead
+// letters of run, creating it if missing.
+func DeadConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
+	opts = opts.withDefaults()
+	return ensureConsumer(ctx, js, schema.DeadStream, jetstream.ConsumerConfig{
+		Durable:       schema.DeadConsumer(run),
+		Description:   "aerie aggregator (dead letters) of run " + run,
+		FilterSubject: schema.RunFilter(schema.DeadRoot, run),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       opts.AckWait,
+		MaxAckPending: 4096,
+	})
+}
+
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, stream, cfg.Durable)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("look up consumer %s on stream %s: %w", cfg.Durable, stream, err)
+	}
+	c, err = js.CreateConsumer(ctx, stream, cfg)
+	if err != nil {
+		if c, err2 := js.Consumer(ctx, stream, cfg.Durable); err2 == nil {
+			return c, nil // created concurrently by another process
+		}
+		return nil, fmt.Errorf("create consumer %s on stream %s: %w", cfg.Durable, stream, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,156 @@
+// Package provision creates aerie's JetStream streams, consumers and KV
+// bucket, all in one place, so that every role agrees on their settings.
+//
+// Everything here is create-if-missing: a stream or consumer that already
+// exists is used as it is, so an operator who tunes one with the `nats` CLI
+// (say, `nats consumer edit` to raise MaxAckPending) is not overridden by
+// the next worker that starts.
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Defaults for Options.
+const (
+	// DefaultAckWait is how long a delivered prompt may go without an ack or
+	// a progress ack before JetStream hands it to another worker. Workers
+	// send progress acks every AckWait/3, so this only bounds how long the
+	// prompts of a crashed worker wait before someone else takes them.
+	DefaultAckWait = 60 * time.Second
+	// DefaultMaxDeliver bounds attempts per prompt. Transient failures back
+	// off exponentially between attempts, so 10 attempts span well over an
+	// hour of retrying.
+	DefaultMaxDeliver = 10
+	// DefaultMaxAckPending is the consumer-wide cap on prompts delivered and
+	// not yet acknowledged. Each worker enforces its own window; this cap
+	// must be at least workers x window plus prompts parked by delayed
+	// NAKs: 20,000 allows 100 workers with the default window of 200.
+	DefaultMaxAckPending = 20000
+	// DefaultEventsMaxAge is how long the events stream keeps events.
+	DefaultEventsMaxAge = 7 * 24 * time.Hour
+)
+
+// Options tune the resources. The zero value gives single-replica streams
+// and the defaults above.
+type Options struct {
+	// Replicas for every stream and the runs bucket; zero means 1. Use 3 on
+	// a three-node cluster.
+	Replicas      int
+	AckWait       time.Duration
+	MaxDeliver    int
+	MaxAckPending int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.AckWait == 0 {
+		o.AckWait = DefaultAckWait
+	}
+	if o.MaxDeliver == 0 {
+		o.MaxDeliver = DefaultMaxDeliver
+	}
+	if o.MaxAckPending == 0 {
+		o.MaxAckPending = DefaultMaxAckPending
+	}
+	return o
+}
+
+// oncePerSubject is the shape of the prompts, results and dead streams:
+// limits retention, one message per subject, forever, and a second publish
+// to a subject is refused rather than replacing the first. That makes
+// queuing a prompt, storing its answer and dead-lettering it idempotent
+// without relying on the (in-memory, two-minute) de-duplication window.
+func oncePerSubject(name, root, description string, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:                 name,
+		Description:          description,
+		Subjects:             []string{root + ".>"},
+		Retention:            jetstream.LimitsPolicy,
+		Storage:              jetstream.FileStorage,
+		Replicas:             replicas,
+		MaxMsgsPerSubject:    1,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		AllowDirect:          true,
+	}
+}
+
+// Streams creates any of aerie's streams and its runs bucket that do not
+// exist yet.
+func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
+	opts = opts.withDefaults()
+	configs := []jetstream.StreamConfig{
+		oncePerSubject(schema.PromptsStream, schema.PromptsRoot, "aerie prompts, one per subject aerie.prompts.<run>.<id digest>", opts.Replicas),
+		oncePerSubject(schema.ResultsStream, schema.ResultsRoot, "aerie results, one per prompt", opts.Replicas),
+		oncePerSubject(schema.DeadStream, schema.DeadRoot, "aerie dead letters, one per failed prompt", opts.Replicas),
+		{
+			Name:        schema.EventsStream,
+			Description: "aerie throughput events and worker heartbeats (JSON)",
+			Subjects:    []string{schema.EventsRoot + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    opts.Replicas,
+			MaxAge:      DefaultEventsMaxAge,
+			MaxBytes:    1 << 30,
+			Discard:     jetstream.DiscardOld,
+		},
+	}
+	for _, cfg := range configs {
+		if err := ensureStream(ctx, js, cfg); err != nil {
+			return err
+		}
+	}
+	_, err := RunsBucket(ctx, js, opts)
+	return err
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.Stream(ctx, cfg.Name)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	_, err = js.CreateStream(ctx, cfg)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// RunsBucket opens the KV bucket of run manifests, creating it if needed.
+func RunsBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
+	opts = opts.withDefaults()
+	kv, err := js.KeyValue(ctx, schema.RunsBucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schema.RunsBucket, err)
+	}
+	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      schema.RunsBucket,
+		Description: "aerie run manifests: model, sampling parameters, prompt count",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+	})
+	if err != nil {
+		if kv, err2 := js.KeyValue(ctx, schema.RunsBucket); err2 == nil {
+			return kv, nil // created concurrently by another process
+		}
+		return nil, fmt.Errorf("create KV bucket %s: %w", schema.RunsBucket, err)
+	}
+	return kv, nil
+}

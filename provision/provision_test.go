@@ -1,0 +1,83 @@
+package provision_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// A prompt published twice, inside the de-duplication window or after it
+// (simulated here by a different Nats-Msg-Id), is stored once, and the
+// second publish is recognised as "already stored".
+func TestSecondPublishIsAlreadyStored(t *testing.T) {
+	_, _, js := brokertest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subj := schema.PromptSubject("r", "p1")
+	msg := func(id string) *nats.Msg {
+		m := nats.NewMsg(subj)
+		m.Data = []byte("x")
+		m.Header.Set(schema.HeaderMsgID, id)
+		return m
+	}
+	if _, err := js.PublishMsg(ctx, msg("a"), jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.PublishMsg(ctx, msg("a"))
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("same id: want duplicate ack, got %+v, %v", ack, err)
+	}
+	_, err = js.PublishMsg(ctx, msg("a"), jetstream.WithExpectLastSequencePerSubject(0))
+	if !provision.IsAlreadyStored(err) {
+		t.Fatalf("same id, expected-last-sequence 0: want already stored, got %v", err)
+	}
+	_, err = js.PublishMsg(ctx, msg("b"), jetstream.WithExpectLastSequencePerSubject(0))
+	if !provision.IsAlreadyStored(err) {
+		t.Fatalf("new id, expected-last-sequence 0: want already stored, got %v", err)
+	}
+	_, err = js.PublishMsg(ctx, msg("c"))
+	if !provision.IsAlreadyStored(err) {
+		t.Fatalf("new id, no expectation: want already stored, got %v", err)
+	}
+	info, err := js.Stream(ctx, schema.PromptsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 1 {
+		t.Fatalf("stream holds %d messages, want 1", n)
+	}
+	if provision.IsAlreadyStored(context.DeadlineExceeded) {
+		t.Fatal("a timeout is not 'already stored'")
+	}
+}
+
+// Provisioning twice is harmless and keeps an operator's changes.
+func TestProvisionIsIdempotent(t *testing.T) {
+	_, _, js := brokertest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := provision.WorkersConsumer(ctx, js, "r", provision.Options{AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.AckWait; got != 5*time.Second {
+		t.Fatalf("AckWait = %v", got)
+	}
+	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err = provision.WorkersConsumer(ctx, js, "r", provision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.AckWait; got != 5*time.Second {
+		t.Fatalf("existing consumer was overridden: AckWait = %v", got)
+	}
+}

@@ -1,0 +1,153 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Kinds of wire message, as named in HeaderSchema.
+const (
+	KindPrompt     = "prompt"
+	KindResult     = "result"
+	KindDeadLetter = "dead"
+)
+
+// SchemaHeader is the HeaderSchema value this build writes for kind.
+func SchemaHeader(kind string) string { return kind + "/" + strconv.Itoa(Version) }
+
+// VersionError reports a message written with a schema version this build
+// does not read.
+type VersionError struct {
+	Kind string
+	Got  int
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("%s message has schema version %d, this aerie reads version %d: upgrade aerie on this host", e.Kind, e.Got, Version)
+}
+
+// DecodeError reports a payload that is not a valid message of its kind.
+type DecodeError struct {
+	Kind string
+	Err  error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("%s message is not valid msgpack of schema version %d: %v", e.Kind, Version, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// versioned is implemented by every wire type.
+type versioned interface{ version() int }
+
+func (p *Prompt) version() int     { return p.V }
+func (r *Result) version() int     { return r.V }
+func (d *DeadLetter) version() int { return d.V }
+
+// EncodePrompt marshals p, stamping the current schema version.
+func EncodePrompt(p *Prompt) ([]byte, error) {
+	p.V = Version
+	return encode(KindPrompt, p)
+}
+
+// EncodeResult marshals r, stamping the current schema version.
+func EncodeResult(r *Result) ([]byte, error) {
+	r.V = Version
+	return encode(KindResult, r)
+}
+
+// EncodeDeadLetter marshals d, stamping the current schema version.
+func EncodeDeadLetter(d *DeadLetter) ([]byte, error) {
+	d.V = Version
+	return encode(KindDeadLetter, d)
+}
+
+func encode(kind string, v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kind, err)
+	}
+	return b, nil
+}
+
+// DecodePrompt unmarshals a prompt message.
+func DecodePrompt(b []byte) (*Prompt, error) {
+	p := new(Prompt)
+	return p, decode(KindPrompt, b, p)
+}
+
+// DecodeResult unmarshals a result message.
+func DecodeResult(b []byte) (*Result, error) {
+	r := new(Result)
+	return r, decode(KindResult, b, r)
+}
+
+// DecodeDeadLetter unmarshals a dead-letter message.
+func DecodeDeadLetter(b []byte) (*DeadLetter, error) {
+	d := new(DeadLetter)
+	return d, decode(KindDeadLetter, b, d)
+}
+
+func decode(kind string, b []byte, v versioned) error {
+	if len(b) == 0 {
+		return &DecodeError{Kind: kind, Err: errors.New("empty payload")}
+	}
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return &DecodeError{Kind: kind, Err: err}
+	}
+	if got := v.version(); got != Version {
+		return &VersionError{Kind: kind, Got: got}
+	}
+	return nil
+}
+
+// CheckSchemaHeader validates a HeaderSchema value before decoding, so that
+// a message of the wrong kind or version is reported as such rather than
+// as garbage. An empty header is accepted: the payload's version decides.
+func CheckSchemaHeader(kind, header string) error {
+	if header == "" {
+		return nil
+	}
+	k, v, ok := strings.Cut(header, "/")
+	if !ok || k != kind {
+		return &DecodeError{Kind: kind, Err: fmt.Errorf("header %s is %q, want %q", HeaderSchema, header, SchemaHeader(kind))}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return &DecodeError{Kind: kind, Err: fmt.Errorf("header %s is %q: version is not a number", HeaderSchema, header)}
+	}
+	if n != Version {
+		return &VersionError{Kind: kind, Got: n}
+	}
+	return nil
+}
+
+// EncodeManifest marshals a manifest as indented JSON.
+func EncodeManifest(m *Manifest) ([]byte, error) {
+	m.V = Version
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest of run %s: %w", m.Run, err)
+	}
+	return b, nil
+}
+
+// DecodeManifest unmarshals a manifest.
+func DecodeManifest(b []byte) (*Manifest, error) {
+	m := new(Manifest)
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, &DecodeError{Kind: "manifest", Err: err}
+	}
+	if m.V != Version {
+		return nil, &VersionError{Kind: "manifest", Got: m.V}
+	}
+	return m, nil
+}

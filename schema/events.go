@@ -1,0 +1,94 @@
+package schema
+
+import "time"
+
+// Events are JSON, not msgpack, so that `nats sub 'aerie.events.>'` prints
+// something a person can read. They travel on core NATS subjects and are
+// captured by the EventsStream for late readers.
+
+// Phase names where a run is in its life, as reported by throughput events.
+type Phase string
+
+const (
+	// PhaseWaiting: no prompt has been delivered to a worker yet.
+	PhaseWaiting Phase = "waiting"
+	// PhaseRampUp: workers are filling their windows and the first
+	// completions are the short ones, so completion counts understate the
+	// real rate; the ETA comes from streamed tokens.
+	PhaseRampUp Phase = "ramp-up"
+	// PhaseSteady: completions arrive at the rate the backends sustain.
+	PhaseSteady Phase = "steady"
+	// PhaseDraining: every prompt has been handed out; the batch empties and
+	// the slowest answers finish.
+	PhaseDraining Phase = "draining"
+	// PhaseDone: every prompt is either completed or failed.
+	PhaseDone Phase = "done"
+)
+
+// Heartbeat is what a worker publishes every few seconds on
+// HeartbeatSubject. Counters are cumulative for the life of the worker
+// process, so a lost heartbeat loses no information.
+type Heartbeat struct {
+	Run    string    `json:"run"`
+	Worker string    `json:"worker"`
+	Time   time.Time `json:"time"`
+	// Window is the worker's in-flight limit.
+	Window int `json:"window"`
+	// InFlight is the number of prompts delivered to this worker and not yet
+	// acknowledged.
+	InFlight int `json:"in_flight"`
+	// InFlightTokens holds, for each request being generated, the number of
+	// completion tokens streamed so far. Requests still waiting for their
+	// first token are reported as 0.
+	InFlightTokens []int `json:"in_flight_tokens,omitempty"`
+	// TokensStreamed counts every completion token received from the
+	// backend, including those of requests that later failed.
+	TokensStreamed int64 `json:"tokens_streamed"`
+	// Completed counts results published and acknowledged.
+	Completed int64 `json:"completed"`
+	// DeadLettered counts prompts sent to the dead-letter stream.
+	DeadLettered int64 `json:"dead_lettered"`
+	// Retried counts transient failures handed back for a later attempt.
+	Retried int64 `json:"retried"`
+	// Paused is set, with PausedReason, while the worker has stopped
+	// pulling (for example while shutting down).
+	Paused       bool   `json:"paused,omitempty"`
+	PausedReason string `json:"paused_reason,omitempty"`
+}
+
+// Throughput is what the aggregator publishes every few seconds on
+// ThroughputSubject and appends to events.jsonl.
+type Throughput struct {
+	Run   string    `json:"run"`
+	Time  time.Time `json:"time"`
+	Phase Phase     `json:"phase"`
+	// Total is the number of prompts in the run manifest.
+	Total int `json:"total"`
+	// Completed and Failed count lines in completions.jsonl and failed.jsonl,
+	// including those written before the aggregator (re)started.
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	// Truncated counts completions whose finish_reason was "length".
+	Truncated int `json:"truncated"`
+	// InFlight is the sum of the in-flight counts of live workers.
+	InFlight int `json:"in_flight"`
+	// Workers is the number of workers heard from recently.
+	Workers int `json:"workers"`
+	// Rates over the last minute (or since start, when shorter) and over the
+	// whole life of this aggregator.
+	RequestsPerSec        float64 `json:"requests_per_sec"`
+	RequestsPerSecOverall float64 `json:"requests_per_sec_overall"`
+	TokensPerSec          float64 `json:"tokens_per_sec"`
+	TokensPerSecOverall   float64 `json:"tokens_per_sec_overall"`
+	// MeanCompletionTokens is the mean completion length of the answers
+	// written so far (biased low during ramp-up: short answers finish first).
+	MeanCompletionTokens float64 `json:"mean_completion_tokens"`
+	// EstimatedCompletionTokens is the mean completion length used for the
+	// ETA: during ramp-up it also counts the tokens of answers still being
+	// generated, which corrects most of that bias.
+	EstimatedCompletionTokens float64 `json:"estimated_completion_tokens"`
+	ElapsedSec                float64 `json:"elapsed_sec"`
+	// ETASec is the estimated time to completion in seconds; negative when
+	// there is not yet enough information to estimate.
+	ETASec float64 `json:"eta_sec"`
+}

@@ -1,0 +1,147 @@
+package schema
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+)
+
+// Stream names. Each stream holds every run; subjects carry the run name so
+// that runs share one deployment and the `nats` CLI can filter by run.
+const (
+	// PromptsStream keeps one message per prompt, forever (limits
+	// retention, one message per subject, discard new per subject): a prompt
+	// can be queued at most once, so producing again is always safe, and
+	// acknowledged prompts stay for audit and replay.
+	PromptsStream = "AERIE_PROMPTS"
+	// ResultsStream keeps one result per prompt: a second answer to the same
+	// prompt is rejected by the server, so the output never holds two.
+	ResultsStream = "AERIE_RESULTS"
+	// DeadStream keeps one dead letter per prompt: why it failed, with the
+	// prompt itself, as the source for replay.
+	DeadStream = "AERIE_DEAD"
+	// EventsStream captures the JSON events for readers that come late. Its
+	// messages expire; they are observations, not data.
+	EventsStream = "AERIE_EVENTS"
+	// RunsBucket is the KV bucket holding one Manifest per run, keyed by
+	// run name.
+	RunsBucket = "aerie-runs"
+)
+
+// Subject roots. Subjects are <root>.<run>.<token> where token is
+// SubjectToken(prompt id).
+const (
+	PromptsRoot = "aerie.prompts"
+	ResultsRoot = "aerie.results"
+	DeadRoot    = "aerie.dead"
+	EventsRoot  = "aerie.events"
+)
+
+// Header names. Every aerie message carries them so that `nats stream view`
+// or `nats sub` tells what a message is without decoding the payload.
+const (
+	// HeaderMsgID is JetStream's de-duplication header.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderPromptID holds the prompt id as given in the input.
+	HeaderPromptID = "Aerie-Prompt-Id"
+	// HeaderRun holds the run name.
+	HeaderRun = "Aerie-Run"
+	// HeaderSchema holds "<kind>/<version>", for example "prompt/1".
+	HeaderSchema = "Aerie-Schema"
+	// HeaderContentType is "application/msgpack" for wire types and
+	// "application/json" for events.
+	HeaderContentType = "Content-Type"
+	// HeaderWorker names the worker that produced a result or dead letter.
+	HeaderWorker = "Aerie-Worker"
+	// HeaderReason holds a dead letter's reason class.
+	HeaderReason = "Aerie-Reason"
+)
+
+// Content types.
+const (
+	ContentTypeMsgpack = "application/msgpack"
+	ContentTypeJSON    = "application/json"
+)
+
+var runName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidateRun checks that a run name can be used in subjects, consumer
+// names and KV keys: 1 to 64 letters, digits, '-' or '_'.
+func ValidateRun(run string) error {
+	if !runName.MatchString(run) {
+		return fmt.Errorf("run name %q is not valid: use 1 to 64 letters, digits, '-' or '_' (it becomes part of subjects and consumer names)", run)
+	}
+	return nil
+}
+
+// SubjectToken turns a prompt id, which may be any string, into a subject
+// token: the first 16 bytes of its SHA-256 in hex. Subject tokens may not
+// contain '.', '*', '>' or white space, so ids cannot be used directly; the
+// real id travels in HeaderPromptID and in the payload.
+func SubjectToken(promptID string) string {
+	sum := sha256.Sum256([]byte(promptID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// PromptSubject is the subject of one prompt of a run.
+func PromptSubject(run, promptID string) string {
+	return PromptsRoot + "." + run + "." + SubjectToken(promptID)
+}
+
+// ResultSubject is the subject of the one result of a prompt.
+func ResultSubject(run, promptID string) string {
+	return ResultsRoot + "." + run + "." + SubjectToken(promptID)
+}
+
+// DeadSubject is the subject of the dead letter of a prompt.
+func DeadSubject(run, promptID string) string {
+	return DeadRoot + "." + run + "." + SubjectToken(promptID)
+}
+
+// RunFilter returns the filter subject covering every message of run under
+// root, for consumers: "<root>.<run>.>".
+func RunFilter(root, run string) string { return root + "." + run + ".>" }
+
+// ThroughputSubject carries the aggregator's Throughput events.
+func ThroughputSubject(run string) string { return EventsRoot + "." + run + ".throughput" }
+
+// HeartbeatSubject carries a worker's Heartbeat events.
+func HeartbeatSubject(run, worker string) string {
+	return EventsRoot + "." + run + ".heartbeat." + worker
+}
+
+// HeartbeatFilter matches the heartbeats of every worker of run.
+func HeartbeatFilter(run string) string { return EventsRoot + "." + run + ".heartbeat.*" }
+
+// WorkersConsumer is the durable pull consumer on PromptsStream shared by
+// every worker of run.
+func WorkersConsumer(run string) string { return "workers-" + run }
+
+// ResultsConsumer is the aggregator's durable consumer on ResultsStream.
+func ResultsConsumer(run string) string { return "aggregator-" + run }
+
+// DeadConsumer is the aggregator's durable consumer on DeadStream.
+func DeadConsumer(run string) string { return "aggregator-dead-" + run }
+
+// MsgID is the Nats-Msg-Id of every message about one prompt of a run.
+// It is unique per stream, so the same value serves prompts, results and
+// dead letters.
+func MsgID(run, promptID string) string { return run + "/" + SubjectToken(promptID) }
+
+// SafeToken turns any string (a host name, say) into a subject token by
+// replacing every character outside [A-Za-z0-9_-] with '-'. An empty
+// string becomes "unnamed".
+func SafeToken(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		ok := c == '-' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	if len(b) == 0 {
+		return "unnamed"
+	}
+	return string(b)
+}

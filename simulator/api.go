@@ -1,0 +1,203 @@
+package simulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+)
+
+// Message is one chat turn. Content sent as an array of parts (the
+// OpenAI multi-part form) is read as its text parts joined by newlines;
+// other part types are ignored.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// UnmarshalJSON accepts content as a string, null, or an array of parts.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	m.Role, m.Content = raw.Role, ""
+	c := bytes.TrimSpace(raw.Content)
+	switch {
+	case len(c) == 0 || string(c) == "null":
+		return nil
+	case c[0] == '"':
+		return json.Unmarshal(c, &m.Content)
+	case c[0] == '[':
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return err
+		}
+		texts := make([]string, 0, len(parts))
+		for _, p := range parts {
+			if p.Type == "text" {
+				texts = append(texts, p.Text)
+			}
+		}
+		m.Content = strings.Join(texts, "\n")
+		return nil
+	}
+	return errors.New("message content must be a string or an array of parts")
+}
+
+// chatRequest is the part of a chat completion request the simulator
+// reads; other fields are accepted and ignored.
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []Message      `json:"messages"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options"`
+}
+
+type streamOptions struct {
+	IncludeUsage         bool `json:"include_usage"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func makeUsage(prompt, completion int) *usage {
+	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+}
+
+// completion is a non-streaming response.
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   *usage             `json:"usage"`
+}
+
+type completionChoice struct {
+	Index        int             `json:"index"`
+	Message      responseMessage `json:"message"`
+	Logprobs     *struct{}       `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+// responseMessage carries the reasoning in whichever field the config
+// names; content is null when the answer had none (cut short while still
+// reasoning).
+type responseMessage struct {
+	Role             string  `json:"role"`
+	Content          *string `json:"content"`
+	Reasoning        *string `json:"reasoning,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+// chunk is one server-sent event of a streaming response.
+type chunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	Usage   *usage        `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        delta     `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type delta struct {
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	Reasoning        *string `json:"reasoning,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+// setReasoning puts text in the field named by the config.
+func setReasoning(field string, text string, reasoning, reasoningContent **string) {
+	if field == ReasoningFieldReasoningContent {
+		*reasoningContent = &text
+		return
+	}
+	*reasoning = &text
+}
+
+// modelList is the body of GET /v1/models.
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+// apiError is vLLM's error body.
+type apiError struct {
+	Error errorInfo `json:"error"`
+}
+
+type errorInfo struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// Error types vLLM uses for the statuses the simulator returns.
+var errorTypes = map[int]string{
+	http.StatusBadRequest:         "BadRequestError",
+	http.StatusNotFound:           "NotFoundError",
+	http.StatusServiceUnavailable: "ServiceUnavailableError",
+}
+
+// writeError sends an error body with status; param names the offending
+// request field, or is empty.
+func writeError(w http.ResponseWriter, status int, param, message string) {
+	info := errorInfo{Message: message, Type: errorTypes[status], Code: status}
+	if info.Type == "" {
+		info.Type = http.StatusText(status)
+	}
+	if param != "" {
+		info.Param = &param
+	}
+	writeJSON(w, status, apiError{Error: info})
+}
+
+// writeJSON sends v with status. Encoding these fixed types cannot fail;
+// a write error means the client left, which the handler cannot report.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // keep <think> readable, as Python's json does
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, "simulator: encoding response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body.Bytes())
+}

@@ -1,0 +1,214 @@
+package simulator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Reasoning fields a Config can use, as servers spell them.
+const (
+	// ReasoningFieldReasoning is vLLM's field since about 0.11:
+	// message.reasoning and delta.reasoning.
+	ReasoningFieldReasoning = "reasoning"
+	// ReasoningFieldReasoningContent is SGLang's field and older vLLM's:
+	// message.reasoning_content and delta.reasoning_content.
+	ReasoningFieldReasoningContent = "reasoning_content"
+	// ReasoningFieldThink puts the reasoning inline at the start of
+	// content, between <think> and </think>, as servers do when no
+	// reasoning parser is configured.
+	ReasoningFieldThink = "think"
+)
+
+// Defaults. The calibration values approximate Kimi-K2.5 INT4 served by
+// vLLM with tensor parallelism over eight PCIe GPUs (RTX PRO 6000
+// Blackwell) at a client concurrency of 200, assuming prompts of about
+// 1,000 tokens; docs/simulator.md shows how they were derived from that
+// run's numbers.
+const (
+	DefaultModel          = "moonshotai/Kimi-K2.5"
+	DefaultMaxModelLen    = 262144
+	DefaultMaxNumSeqs     = 256
+	DefaultSpeed          = 1.0
+	DefaultReasoningField = ReasoningFieldReasoning
+
+	DefaultStepBase        = 30 * time.Millisecond
+	DefaultStepPerSeq      = 100 * time.Microsecond
+	DefaultPrefillPerToken = 140 * time.Microsecond
+	DefaultOutputMedian    = 1400
+	DefaultOutputSigma     = 0.95
+	DefaultReasoningShare  = 0.75
+	DefaultKVCacheTokens   = 1_000_000
+)
+
+// Config describes the simulated server. The zero value of every field
+// means its default (see WithDefaults); New applies them.
+type Config struct {
+	// Addr is the address a caller may listen on. New does not use it;
+	// it is here so one struct carries the whole server setup.
+	Addr string
+
+	// Model is the only model served; requests naming another get 404
+	// as from vLLM. An empty model in a request means this one. Default
+	// "moonshotai/Kimi-K2.5".
+	Model string
+
+	// MaxModelLen is the context length in tokens: prompt plus
+	// completion must fit. Default 262144 (Kimi-K2.5's).
+	MaxModelLen int
+
+	// MaxNumSeqs caps the running sequences (vLLM's --max-num-seqs);
+	// further requests wait in an unbounded FIFO queue. Default 256,
+	// vLLM's usual default.
+	MaxNumSeqs int
+
+	// Speed scales time: 200 means simulated time runs 200 times faster
+	// than wall time. Default 1 (real time).
+	Speed float64
+
+	// ReasoningField is where reasoning goes in responses: "reasoning"
+	// (vLLM since about 0.11), "reasoning_content" (SGLang, older vLLM)
+	// or "think" (inline <think>...</think> at the start of content).
+	// Default "reasoning".
+	ReasoningField string
+
+	// Seed changes every answer's length and text. Lengths and text are
+	// deterministic per prompt content and seed. Zero is a valid seed
+	// and the default.
+	Seed int64
+
+	// StepBase and StepPerSeq give the simulated time of one decode
+	// step: StepBase + StepPerSeq*batchSize. Defaults 30ms and 100µs:
+	// about 33 tokens/s for a lone sequence and 20 tokens/s each (4,000
+	// tokens/s in all) at a batch of 200. On the calibration hardware
+	// about half of a step is all-reduce over PCIe, which does not
+	// shrink with the batch, hence the large base.
+	StepBase, StepPerSeq time.Duration
+
+	// PrefillPerToken is the engine time spent per prompt token. Prefill
+	// runs in chunks inside decode steps (chunked prefill, 8,192 tokens
+	// per step), so a burst of new prompts slows every running sequence.
+	// Default 140µs, about 7,000 prompt tokens/s.
+	PrefillPerToken time.Duration
+
+	// OutputMedian and OutputSigma shape the answer length: lognormal
+	// with this median (tokens) and sigma, at least one token, capped by
+	// the request's max_tokens. Defaults 1400 and 0.95: mean about 2,200
+	// tokens, yet the shortest tenth of answers average under 300, which
+	// is why early completions make averages and ETAs misleading.
+	OutputMedian int
+	OutputSigma  float64
+
+	// ReasoningShare is the fraction of an answer's tokens that are
+	// reasoning, emitted before the content; content always gets at
+	// least one token. Default 0.75, a thinking model's typical split
+	// (an assumption, not a measurement). A negative value means no
+	// reasoning at all.
+	ReasoningShare float64
+
+	// KVCacheTokens is the KV cache capacity in tokens, used only for
+	// vllm:kv_cache_usage_perc (tokens held by running sequences over
+	// this, at most 1). Admission is not limited by it and nothing is
+	// preempted. Default 1,000,000, so the calibrated steady state
+	// (about 740,000 tokens held) reads about 0.7.
+	KVCacheTokens int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+// ReasoningShare 0 also means the default; use a negative value for no
+// reasoning.
+func (c Config) WithDefaults() Config {
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.MaxModelLen == 0 {
+		c.MaxModelLen = DefaultMaxModelLen
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if c.Speed == 0 {
+		c.Speed = DefaultSpeed
+	}
+	if c.ReasoningField == "" {
+		c.ReasoningField = DefaultReasoningField
+	}
+	if c.StepBase == 0 {
+		c.StepBase = DefaultStepBase
+	}
+	if c.StepPerSeq == 0 {
+		c.StepPerSeq = DefaultStepPerSeq
+	}
+	if c.PrefillPerToken == 0 {
+		c.PrefillPerToken = DefaultPrefillPerToken
+	}
+	if c.OutputMedian == 0 {
+		c.OutputMedian = DefaultOutputMedian
+	}
+	if c.OutputSigma == 0 {
+		c.OutputSigma = DefaultOutputSigma
+	}
+	if c.ReasoningShare == 0 {
+		c.ReasoningShare = DefaultReasoningShare
+	}
+	if c.KVCacheTokens == 0 {
+		c.KVCacheTokens = DefaultKVCacheTokens
+	}
+	return c
+}
+
+// Validate reports every field that is out of range, as one error.
+// Call it on a config with defaults applied: zero values are invalid.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("simulator: "+format, args...))
+	}
+	if c.Model == "" {
+		bad("model must not be empty")
+	}
+	if c.MaxModelLen < 2 {
+		bad("max model len must be >= 2, got %d", c.MaxModelLen)
+	}
+	if c.MaxNumSeqs < 1 {
+		bad("max num seqs must be >= 1, got %d", c.MaxNumSeqs)
+	}
+	if !(c.Speed > 0) || math.IsInf(c.Speed, 0) {
+		bad("speed must be > 0, got %v", c.Speed)
+	}
+	switch c.ReasoningField {
+	case ReasoningFieldReasoning, ReasoningFieldReasoningContent, ReasoningFieldThink:
+	default:
+		bad("reasoning field must be %q, %q or %q, got %q",
+			ReasoningFieldReasoning, ReasoningFieldReasoningContent, ReasoningFieldThink, c.ReasoningField)
+	}
+	if c.StepBase <= 0 {
+		bad("step base must be > 0, got %v", c.StepBase)
+	}
+	if c.StepPerSeq < 0 {
+		bad("step per seq must be >= 0, got %v", c.StepPerSeq)
+	}
+	if c.PrefillPerToken < 0 {
+		bad("prefill per token must be >= 0, got %v", c.PrefillPerToken)
+	}
+	if c.OutputMedian < 1 {
+		bad("output median must be >= 1, got %d", c.OutputMedian)
+	}
+	if !(c.OutputSigma >= 0) || c.OutputSigma > 5 {
+		bad("output sigma must be in [0, 5], got %v", c.OutputSigma)
+	}
+	if math.IsNaN(c.ReasoningShare) || c.ReasoningShare >= 1 {
+		bad("reasoning share must be < 1, got %v", c.ReasoningShare)
+	}
+	if c.KVCacheTokens < 1 {
+		bad("kv cache tokens must be >= 1, got %d", c.KVCacheTokens)
+	}
+	return errors.Join(errs...)
+}
+
+// reasoningFraction is the share of tokens that are reasoning, with a
+// negative ReasoningShare meaning none.
+func (c Config) reasoningFraction() float64 {
+	return max(c.ReasoningShare, 0)
+}

@@ -1,0 +1,20 @@
+// Package simulator is an OpenAI-compatible chat completion server that
+// behaves like vLLM under load, without a GPU.
+//
+// It models what a client of a busy vLLM server sees: a fixed number of
+// running sequences with a FIFO queue behind them (continuous batching),
+// decode steps that slow down as the batch grows, chunked prefill that
+// stalls decoding while new prompts are read, heavy-tailed answer lengths
+// split into reasoning and content, response headers that arrive only with
+// the first token, and vLLM's error bodies, /health, /v1/models and
+// /metrics. Answer lengths and text are deterministic per prompt and seed,
+// so tests can predict them (see Server.OutputTokens).
+//
+// Simulated time can run faster than wall time (Config.Speed), so hours of
+// a real run can be replayed in minutes. The default calibration
+// approximates Kimi-K2.5 INT4 on eight PCIe GPUs under vLLM with 200
+// concurrent clients; the arithmetic is in docs/simulator.md.
+//
+// A Server is built with New, its engine runs in Run, and Handler serves
+// HTTP; Serve does both on a listener.
+package simulator

@@ -1,0 +1,307 @@
+package simulator
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+const (
+	// tickInterval is how often (wall time) the engine advances. Each
+	// tick runs every decode step that fits in the simulated time that
+	// passed, so the cost per tick depends on the batch, not on Speed.
+	tickInterval = 5 * time.Millisecond
+	// publishEvery is how many ticks pass between progress updates to
+	// running requests (20ms of wall time), which bounds stream chunks
+	// to 50 per second per request however fast simulated time runs.
+	// First tokens and completions are published at once.
+	publishEvery = 4
+	// maxTickGap caps the wall time one tick may credit, so a stalled
+	// host (a paused process, a slow test machine) does not make the
+	// engine run a burst of hours of simulated time at once.
+	maxTickGap = 250 * time.Millisecond
+	// maxStepsPerTick bounds the work of one tick; beyond it simulated
+	// time slips behind Speed rather than starving the host.
+	maxStepsPerTick = 100_000
+	// prefillChunkTokens is the token budget of one engine step (vLLM's
+	// max_num_batched_tokens with chunked prefill): decode tokens first,
+	// the rest goes to prompts in FIFO order.
+	prefillChunkTokens = 8192
+	// minPrefillChunk keeps prefill moving when a huge batch would leave
+	// no budget for it.
+	minPrefillChunk = 1024
+	// maxCredit bounds the simulated time the engine may owe itself.
+	maxCredit = time.Duration(1 << 50)
+)
+
+// Finish reasons, as vLLM reports them.
+const (
+	finishStop   = "stop"
+	finishLength = "length"
+)
+
+// engine is the continuous-batching scheduler. Everything in it is
+// guarded by mu; the loop in run takes the lock once per tick.
+type engine struct {
+	cfg  Config
+	kick chan struct{} // wakes an idle loop when work arrives
+
+	mu             sync.Mutex
+	started        bool
+	stopped        bool
+	waiting        list.List // of *sequence, FIFO
+	prefilling     list.List // of *sequence, FIFO
+	prefillPending int       // prompt tokens left across prefilling
+	decoding       decodeHeap
+	running        int           // prefilling + decoding
+	steps          int64         // decode steps run so far
+	credit         time.Duration // simulated time not yet spent on steps
+	clock          time.Duration // simulated time spent on steps
+	ticks          int64
+	fresh          []*sequence // got their first token this tick
+
+	generated, promptTotal int64
+	finished               map[string]int64 // by finish reason
+	aborted                int64
+
+	// onFinish, if set, is called under mu for each sequence that
+	// completes; tests use it to replay a closed loop of clients in
+	// simulated time.
+	onFinish func(*sequence)
+}
+
+func newEngine(cfg Config) *engine {
+	return &engine{
+		cfg:      cfg,
+		kick:     make(chan struct{}, 1),
+		finished: map[string]int64{finishStop: 0, finishLength: 0},
+	}
+}
+
+// submit queues s behind the running sequences.
+func (e *engine) submit(s *sequence) error {
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return errEngineStopped
+	}
+	e.enqueue(s)
+	e.mu.Unlock()
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// enqueue puts s at the back of the queue; mu must be held.
+func (e *engine) enqueue(s *sequence) {
+	s.phase = phaseWaiting
+	s.elem = e.waiting.PushBack(s)
+}
+
+// cancel removes s wherever it is, freeing its slot at once. It is a
+// no-op for a finished sequence.
+func (e *engine) cancel(s *sequence) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch s.phase {
+	case phaseWaiting:
+		e.waiting.Remove(s.elem)
+	case phasePrefilling:
+		e.prefilling.Remove(s.elem)
+		e.prefillPending -= s.prefillLeft
+		e.running--
+	case phaseDecoding:
+		heap.Remove(&e.decoding, s.heapIndex)
+		e.running--
+	default: // never submitted, or already finished
+		return
+	}
+	s.elem = nil
+	s.phase = phaseDone
+	e.aborted++
+}
+
+// run is the engine loop; see Server.Run.
+func (e *engine) run(ctx context.Context) error {
+	e.mu.Lock()
+	if e.started {
+		e.mu.Unlock()
+		return errors.New("simulator: engine already started; Run may be called once")
+	}
+	e.started = true
+	e.mu.Unlock()
+	defer e.stop()
+
+	ticker := time.NewTicker(tickInterval)
+	defer ticker.Stop()
+	last := time.Now()
+	for {
+		if e.idle() {
+			// Sleep until work arrives; simulated time stands still
+			// meanwhile, as nothing would happen in it.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-e.kick:
+			}
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-ticker.C:
+			// A tick older than the wake-up credits nothing.
+			if d := now.Sub(last); d > 0 {
+				e.tick(min(d, maxTickGap))
+				last = now
+			}
+		}
+	}
+}
+
+func (e *engine) idle() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waiting.Len() == 0 && e.running == 0
+}
+
+// tick advances simulated time by wall*Speed and publishes progress.
+func (e *engine) tick(wall time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sim := float64(wall) * e.cfg.Speed
+	e.credit = min(e.credit+time.Duration(min(sim, float64(maxCredit))), maxCredit)
+	e.advance()
+	e.ticks++
+	for _, s := range e.fresh {
+		if s.phase == phaseDecoding {
+			s.publish(e.steps - s.base)
+		}
+	}
+	clear(e.fresh)
+	e.fresh = e.fresh[:0]
+	if e.ticks%publishEvery == 0 {
+		for _, s := range e.decoding {
+			s.publish(e.steps - s.base)
+		}
+	}
+}
+
+// advance runs engine steps while the credit pays for them. Each step
+// costs StepBase + StepPerSeq*batch plus PrefillPerToken for the prompt
+// tokens it reads, and gives every decoding sequence one token.
+func (e *engine) advance() {
+	for range maxStepsPerTick {
+		e.admit()
+		batch := len(e.decoding)
+		if batch == 0 && e.prefilling.Len() == 0 {
+			e.credit = 0
+			return
+		}
+		chunk := 0
+		if e.prefillPending > 0 {
+			chunk = min(e.prefillPending, max(prefillChunkTokens-batch, minPrefillChunk))
+		}
+		cost := e.cfg.StepBase + e.cfg.StepPerSeq*time.Duration(batch) +
+			e.cfg.PrefillPerToken*time.Duration(chunk)
+		if cost > e.credit {
+			return
+		}
+		e.credit -= cost
+		e.clock += cost
+		e.steps++
+		e.generated += int64(batch)
+		e.prefill(chunk)
+		e.finishDue()
+	}
+	// The host could not keep up with Speed: let simulated time slip.
+	e.credit = 0
+}
+
+// admit moves waiting sequences into free slots, oldest first.
+func (e *engine) admit() {
+	for e.running < e.cfg.MaxNumSeqs && e.waiting.Len() > 0 {
+		s := e.waiting.Remove(e.waiting.Front()).(*sequence)
+		s.phase = phasePrefilling
+		s.prefillLeft = s.prompt
+		s.elem = e.prefilling.PushBack(s)
+		e.prefillPending += s.prompt
+		e.running++
+	}
+}
+
+// prefill reads n prompt tokens, oldest prompt first. A prompt read to
+// the end yields its first token in this step, as in vLLM.
+func (e *engine) prefill(n int) {
+	for n > 0 && e.prefilling.Len() > 0 {
+		s := e.prefilling.Front().Value.(*sequence)
+		used := min(n, s.prefillLeft)
+		s.prefillLeft -= used
+		e.prefillPending -= used
+		n -= used
+		if s.prefillLeft > 0 {
+			return
+		}
+		e.prefilling.Remove(s.elem)
+		s.elem = nil
+		s.phase = phaseDecoding
+		s.base = e.steps - 1
+		heap.Push(&e.decoding, s)
+		e.promptTotal += int64(s.prompt)
+		e.generated++
+		e.fresh = append(e.fresh, s)
+	}
+}
+
+// finishDue completes the sequences whose last token came in this step.
+func (e *engine) finishDue() {
+	for len(e.decoding) > 0 && e.decoding[0].finishStep() <= e.steps {
+		s := heap.Pop(&e.decoding).(*sequence)
+		e.running--
+		s.phase = phaseDone
+		e.finished[s.answer.finishReason]++
+		s.publish(int64(s.answer.tokens))
+		close(s.done)
+		if e.onFinish != nil {
+			e.onFinish(s)
+		}
+	}
+}
+
+// stop fails every sequence still in the engine and refuses new ones.
+func (e *engine) stop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stopped = true
+	fail := func(s *sequence) {
+		s.phase = phaseDone
+		s.elem = nil
+		s.err = errEngineStopped
+		close(s.done)
+	}
+	for el := e.waiting.Front(); el != nil; el = el.Next() {
+		fail(el.Value.(*sequence))
+	}
+	for el := e.prefilling.Front(); el != nil; el = el.Next() {
+		fail(el.Value.(*sequence))
+	}
+	for _, s := range e.decoding {
+		fail(s)
+	}
+	e.waiting.Init()
+	e.prefilling.Init()
+	e.decoding = nil
+	e.prefillPending, e.running = 0, 0
+}
+
+// healthy reports whether the loop is running.
+func (e *engine) healthy() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started && !e.stopped
+}

@@ -1,0 +1,64 @@
+package simulator
+
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exposes the engine's state under vLLM's metric names, read
+// at scrape time. Every metric has vLLM's model_name label.
+type collector struct {
+	eng *engine
+
+	running, waiting, kvUsage  *prometheus.Desc
+	preemptions, genTokens     *prometheus.Desc
+	promptTokens, successTotal *prometheus.Desc
+}
+
+func newCollector(eng *engine, cfg Config) *collector {
+	labels := prometheus.Labels{"model_name": cfg.Model}
+	desc := func(name, help string, variable ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, variable, labels)
+	}
+	return &collector{
+		eng:          eng,
+		running:      desc("vllm:num_requests_running", "Number of requests in model execution batches."),
+		waiting:      desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine (always 0 here)."),
+		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
+		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st, byReason := c.eng.snapshot()
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(c.running, float64(st.Running))
+	gauge(c.waiting, float64(st.Waiting))
+	gauge(c.kvUsage, st.KVCacheUsage)
+	counter(c.preemptions, 0)
+	counter(c.genTokens, float64(st.GenerationTokens))
+	counter(c.promptTokens, float64(st.PromptTokens))
+	reasons := make([]string, 0, len(byReason))
+	for r := range byReason {
+		reasons = append(reasons, r)
+	}
+	slices.Sort(reasons)
+	for _, r := range reasons {
+		counter(c.successTotal, float64(byReason[r]), r)
+	}
+}

@@ -1,0 +1,51 @@
+package simulator
+
+// Stats is a snapshot of the engine, the same figures /metrics reports.
+type Stats struct {
+	// Running counts admitted sequences, prefilling or decoding; at most
+	// MaxNumSeqs.
+	Running int
+	// Waiting counts requests queued for a slot.
+	Waiting int
+	// GenerationTokens counts every token generated so far, including
+	// those of requests later canceled.
+	GenerationTokens int64
+	// PromptTokens counts prompt tokens of every prefill completed.
+	PromptTokens int64
+	// Completed counts requests that finished (stop or length).
+	Completed int64
+	// Aborted counts requests whose client went away before the end.
+	Aborted int64
+	// KVCacheUsage is the fraction of KVCacheTokens held by running
+	// sequences (prompt read so far plus tokens generated), at most 1.
+	KVCacheUsage float64
+}
+
+// snapshot reads the engine's figures under its lock.
+func (e *engine) snapshot() (Stats, map[string]int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	held := 0
+	for el := e.prefilling.Front(); el != nil; el = el.Next() {
+		s := el.Value.(*sequence)
+		held += s.prompt - s.prefillLeft
+	}
+	for _, s := range e.decoding {
+		held += s.prompt + int(e.steps-s.base)
+	}
+	byReason := make(map[string]int64, len(e.finished))
+	var completed int64
+	for r, n := range e.finished {
+		byReason[r] = n
+		completed += n
+	}
+	return Stats{
+		Running:          e.running,
+		Waiting:          e.waiting.Len(),
+		GenerationTokens: e.generated,
+		PromptTokens:     e.promptTotal,
+		Completed:        completed,
+		Aborted:          e.aborted,
+		KVCacheUsage:     min(float64(held)/float64(e.cfg.KVCacheTokens), 1),
+	}, byReason
+}

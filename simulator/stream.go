@@ -1,0 +1,181 @@
+package simulator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// streamer writes one streaming response as server-sent events. Tokens
+// that arrive together (at high Speed, many per engine tick) go out as
+// one chunk, or two where the answer turns from reasoning to content, so
+// the chunk count is bounded by wall time; usage figures stay exact.
+type streamer struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	field   string // reasoning field
+	prompt  int
+	answer  answer
+	usage   bool // final usage chunk
+	running bool // usage on every chunk
+	sent    int  // tokens written so far
+	text    []byte
+	buf     bytes.Buffer
+	tmpl    chunk // id, object, created, model
+}
+
+// stream serves a streaming request. As with vLLM the response (headers
+// included) starts only when the first token exists, so a queued request
+// looks like a slow connection.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
+	st := &streamer{
+		w:      w,
+		rc:     http.NewResponseController(w),
+		field:  s.cfg.ReasoningField,
+		prompt: j.prompt,
+		answer: seq.answer,
+		tmpl:   chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: s.cfg.Model},
+	}
+	if o := j.req.StreamOptions; o != nil && o.IncludeUsage {
+		st.usage = true
+		st.running = o.ContinuousUsageStats // vLLM honours it only with include_usage
+	}
+	started := false
+	for {
+		select {
+		case <-seq.notify:
+		case <-seq.done:
+		case <-r.Context().Done():
+			s.eng.cancel(seq)
+			return
+		}
+		finished := isClosed(seq.done)
+		if finished && seq.err != nil {
+			if !started {
+				writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
+			}
+			return // a started stream ends without [DONE]: cut short
+		}
+		n := int(seq.tokens.Load())
+		if n == 0 && !finished {
+			continue
+		}
+		if !started {
+			started = true
+			h := w.Header()
+			h.Set("Content-Type", "text/event-stream; charset=utf-8")
+			h.Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			empty := ""
+			st.add(delta{Role: "assistant", Content: &empty}, nil, 0)
+		}
+		st.addTokens(n, finished)
+		if finished {
+			st.finish()
+		}
+		if err := st.flush(); err != nil || finished {
+			// A failed write means the client left; r.Context will
+			// say so too, but free the slot now.
+			s.eng.cancel(seq)
+			return
+		}
+	}
+}
+
+// addTokens queues chunks for the tokens from st.sent up to n; with
+// finished set the last one carries the finish reason.
+func (st *streamer) addTokens(n int, finished bool) {
+	from, a := st.sent, st.answer
+	var reason *string
+	if finished {
+		reason = &a.finishReason
+	}
+	if st.field == ReasoningFieldThink {
+		st.text = appendReasoning(st.text[:0], a, from, n, true)
+		st.text = appendContent(st.text, a, from, n, true)
+		st.addText(false, n, reason, finished)
+		return
+	}
+	mid := min(max(from, a.reasoning), n)
+	if mid > from {
+		st.text = appendReasoning(st.text[:0], a, from, mid, false)
+		st.addText(true, mid, reason, finished && mid == n)
+	}
+	if n > mid || (finished && mid == from) {
+		st.text = appendContent(st.text[:0], a, mid, n, false)
+		st.addText(false, n, reason, finished)
+	}
+}
+
+// addText queues st.text as reasoning or content, counting the answer
+// as sent up to upTo tokens.
+func (st *streamer) addText(reasoning bool, upTo int, reason *string, last bool) {
+	var d delta
+	if len(st.text) > 0 {
+		text := string(st.text)
+		if reasoning {
+			setReasoning(st.field, text, &d.Reasoning, &d.ReasoningContent)
+		} else {
+			d.Content = &text
+		}
+	}
+	if !last {
+		reason = nil
+	}
+	st.sent = upTo
+	st.add(d, reason, upTo)
+}
+
+// add queues one choice chunk; completion is the token count so far, for
+// continuous usage stats.
+func (st *streamer) add(d delta, reason *string, completion int) {
+	c := st.tmpl
+	c.Choices = []chunkChoice{{Delta: d, FinishReason: reason}}
+	if st.running {
+		c.Usage = makeUsage(st.prompt, completion)
+	}
+	st.event(c)
+}
+
+// finish queues the usage chunk (if asked for) and the end marker.
+func (st *streamer) finish() {
+	if st.usage {
+		c := st.tmpl
+		c.Choices = []chunkChoice{}
+		c.Usage = makeUsage(st.prompt, st.answer.tokens)
+		st.event(c)
+	}
+	st.buf.WriteString("data: [DONE]\n\n")
+}
+
+func (st *streamer) event(c chunk) {
+	st.buf.WriteString("data: ")
+	enc := json.NewEncoder(&st.buf)
+	enc.SetEscapeHTML(false) // keep <think> readable, as Python's json does
+	// Encoding a chunk of plain strings and numbers cannot fail.
+	_ = enc.Encode(c)
+	st.buf.WriteString("\n")
+}
+
+// flush writes the queued events and pushes them to the client.
+func (st *streamer) flush() error {
+	_, err := st.w.Write(st.buf.Bytes())
+	st.buf.Reset()
+	if err != nil {
+		return fmt.Errorf("simulator: writing stream: %w", err)
+	}
+	if err := st.rc.Flush(); err != nil {
+		return fmt.Errorf("simulator: flushing stream: %w", err)
+	}
+	return nil
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
