@@ -1,0 +1,213 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatRequest is what is asked of the model. Zero or nil fields are left
+// out of the request, so the server's defaults (often the model's
+// generation config) apply.
+type ChatRequest struct {
+	// Model is the served model name; empty lets the server choose, which
+	// only some servers allow.
+	Model    string
+	Messages []Message
+	// MaxTokens caps the answer, reasoning included; 0 means the server's
+	// limit (what is left of the context).
+	MaxTokens   int
+	Temperature *float64
+	TopP        *float64
+}
+
+// Usage is the server's token count for one request.
+type Usage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	// CompletionTokens counts the whole answer, reasoning included.
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Completion is a finished answer.
+type Completion struct {
+	ID    string
+	Model string
+	// Reasoning is the model's thinking, from whichever field or inline
+	// <think> block the server used; empty if it had none.
+	Reasoning string
+	// Content is the answer proper, without any reasoning.
+	Content string
+	// FinishReason is "stop" for a complete answer and "length" when it
+	// hit MaxTokens or the context length (truncated).
+	FinishReason string
+	// Usage is as reported by the server; zero if it sent none.
+	Usage Usage
+	// TTFT is the time from sending the request to the first chunk that
+	// carried text (reasoning or content). It includes time queued on the
+	// server. Zero if no text arrived. For Chat it is the time to the
+	// response headers, which arrive with the whole answer.
+	TTFT time.Duration
+	// Latency is the time from sending the request to the end of the
+	// response.
+	Latency time.Duration
+	// Chunks counts the stream's data chunks ([DONE] excluded); 0 for Chat.
+	Chunks int
+}
+
+// Progress is called by ChatStream from the goroutine reading the stream
+// each time new tokens arrive, with how many the chunk carried. It must
+// return quickly: the stream is not read while it runs.
+//
+// Token counts come from the server's running usage figures when it sends
+// them (continuous usage stats); otherwise each chunk carrying text
+// counts as one token, and the final usage chunk adds the difference, so
+// the calls add up to Usage.CompletionTokens whenever the server reports
+// usage.
+type Progress func(tokens int)
+
+// chatBody is the wire form of a chat completion request.
+type chatBody struct {
+	Model         string         `json:"model,omitempty"`
+	Messages      []Message      `json:"messages"`
+	MaxTokens     int            `json:"max_tokens,omitempty"`
+	Temperature   *float64       `json:"temperature,omitempty"`
+	TopP          *float64       `json:"top_p,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats asks vLLM and SGLang for running usage in
+	// every chunk, which gives exact token progress.
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
+}
+
+// encode validates req and renders the request body.
+func (req *ChatRequest) encode(stream bool) ([]byte, error) {
+	if len(req.Messages) == 0 {
+		return nil, fmt.Errorf("%w: no messages", errInvalidRequest)
+	}
+	if req.MaxTokens < 0 {
+		return nil, fmt.Errorf("%w: negative max tokens %d", errInvalidRequest, req.MaxTokens)
+	}
+	body := chatBody{
+		Model:       req.Model,
+		Messages:    req.Messages,
+		MaxTokens:   req.MaxTokens,
+		Temperature: req.Temperature,
+		TopP:        req.TopP,
+	}
+	if stream {
+		body.Stream = true
+		body.StreamOptions = &streamOptions{IncludeUsage: true, ContinuousUsageStats: true}
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		// Only NaN or infinite sampling parameters get here.
+		return nil, fmt.Errorf("%w: %w", errInvalidRequest, err)
+	}
+	return b, nil
+}
+
+// Chat runs a non-streaming chat completion. It is for short requests and
+// for servers that cannot stream; ChatStream reports progress and TTFT.
+// The request is bounded by Config.RequestTimeout as well as ctx.
+func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error) {
+	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
+	defer k.end()
+	body, err := req.encode(false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k.where, err)
+	}
+	begin := time.Now()
+	resp, err := k.send(http.MethodPost, c.ep.chat, body)
+	if err != nil {
+		return nil, err
+	}
+	defer k.release(resp.Body, true)
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+	}
+	ttft := time.Since(begin)
+	return k.readWhole(resp, begin, ttft)
+}
+
+// readWhole reads a complete (non-streaming) chat completion response.
+func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duration) (*Completion, error) {
+	raw, err := readBounded(resp.Body, maxResponseBody)
+	if err != nil {
+		return nil, k.fail("reading response", err)
+	}
+	latency := time.Since(begin)
+	var r wholeResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", k.where, errMalformed, err)
+	}
+	if obj := r.errorFrom(); obj != nil {
+		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(0, obj, k.c.apiKey))
+	}
+	var choice *wholeChoice
+	for i := range r.Choices {
+		if r.Choices[i].Index == 0 {
+			choice = &r.Choices[i]
+			break
+		}
+	}
+	if choice == nil {
+		return nil, fmt.Errorf("%s: %w: no choices", k.where, errMalformed)
+	}
+	if choice.FinishReason == "" {
+		return nil, fmt.Errorf("%s: %w: no finish_reason", k.where, errMalformed)
+	}
+	var a answer
+	m := choice.Message
+	a.add(m.Reasoning, m.ReasoningContent, m.Content)
+	reasoning, content := a.split()
+	comp := &Completion{
+		ID:           r.ID,
+		Model:        r.Model,
+		Reasoning:    reasoning,
+		Content:      content,
+		FinishReason: choice.FinishReason,
+		TTFT:         ttft,
+		Latency:      latency,
+	}
+	if r.Usage != nil {
+		comp.Usage = *r.Usage
+	}
+	return comp, nil
+}
+
+// wholeResponse is a non-streaming chat completion, or an error object
+// that a server sent with a 2xx status.
+type wholeResponse struct {
+	ID      string        `json:"id"`
+	Model   string        `json:"model"`
+	Choices []wholeChoice `json:"choices"`
+	Usage   *Usage        `json:"usage"`
+	errorEnvelope
+}
+
+type wholeChoice struct {
+	Index        int       `json:"index"`
+	Message      textParts `json:"message"`
+	FinishReason string    `json:"finish_reason"`
+}
+
+// textParts holds the text fields of a message or a delta. Reasoning is
+// vLLM's field, ReasoningContent SGLang's (and older vLLM's).
+type textParts struct {
+	Content          string `json:"content"`
+	Reasoning        string `json:"reasoning"`
+	ReasoningContent string `json:"reasoning_content"`
+}

@@ -1,0 +1,224 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// maxResponseBody bounds a non-streaming response body (a completion or
+// the model list). A very long answer is a few MiB of JSON.
+const maxResponseBody = 64 << 20
+
+// Client talks to one OpenAI-compatible server. It is safe for
+// concurrent use; one Client should serve all of a process's requests so
+// connections are reused.
+type Client struct {
+	ep      endpoints
+	apiKey  string
+	http    *http.Client
+	timeout time.Duration
+}
+
+// New returns a Client for cfg, with defaults applied to zero fields. It
+// fails if BaseURL is not an absolute http or https URL or
+// RequestTimeout is negative.
+func New(cfg Config) (*Client, error) {
+	ep, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
+	}
+	if cfg.RequestTimeout < 0 {
+		return nil, fmt.Errorf("openai: negative request timeout %v", cfg.RequestTimeout)
+	}
+	c := &Client{ep: ep, apiKey: cfg.APIKey, http: cfg.HTTPClient, timeout: cfg.RequestTimeout}
+	if c.http == nil {
+		c.http = newHTTPClient()
+	}
+	if c.timeout == 0 {
+		c.timeout = DefaultRequestTimeout
+	}
+	return c, nil
+}
+
+// String names the server the client talks to; it never shows the key.
+func (c *Client) String() string {
+	return fmt.Sprintf("openai.Client{BaseURL: %q, APIKey: %s, RequestTimeout: %v}",
+		c.ep.root, redactedKey(c.apiKey), c.timeout)
+}
+
+// Health checks GET /health, which vLLM answers with 200 while its
+// engine is alive. Any other status is returned as an *APIError. Without
+// a deadline on ctx the check gives up after 10 seconds.
+func (c *Client) Health(ctx context.Context) error {
+	k := c.probe(ctx, "health check of "+c.ep.health)
+	defer k.end()
+	resp, err := k.send(http.MethodGet, c.ep.health, nil)
+	if err != nil {
+		return err
+	}
+	defer k.release(resp.Body, true)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+	}
+	return nil
+}
+
+// Model is one model served by the server.
+type Model struct {
+	ID string `json:"id"`
+	// MaxModelLen is the context length in tokens (prompt plus answer);
+	// 0 when the server does not report it.
+	MaxModelLen int `json:"max_model_len"`
+}
+
+// Models lists the served models (GET /v1/models). Without a deadline on
+// ctx the call gives up after 10 seconds.
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	k := c.probe(ctx, "list models from "+c.ep.models)
+	defer k.end()
+	resp, err := k.send(http.MethodGet, c.ep.models, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer k.release(resp.Body, true)
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+	}
+	body, err := readBounded(resp.Body, maxResponseBody)
+	if err != nil {
+		return nil, k.fail("reading response", err)
+	}
+	var list struct {
+		Data []Model `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", k.where, errMalformed, err)
+	}
+	return list.Data, nil
+}
+
+// call is one request in flight: the caller's context, the context the
+// request runs under (the caller's plus the client's timeout) and a
+// description for errors.
+type call struct {
+	c         *Client
+	callerCtx context.Context
+	ctx       context.Context
+	end       context.CancelFunc
+	limit     time.Duration // the client's timeout; 0 if none applies
+	where     string        // e.g. "chat completion to <url>"
+}
+
+// start begins a call bounded by limit on top of ctx.
+func (c *Client) start(ctx context.Context, where string, limit time.Duration) *call {
+	reqCtx, cancel := context.WithTimeoutCause(ctx, limit, errRequestTimeout)
+	return &call{c: c, callerCtx: ctx, ctx: reqCtx, end: cancel, limit: limit, where: where}
+}
+
+// probe begins a short call: Health and Models use the caller's deadline
+// if there is one and probeTimeout otherwise.
+func (c *Client) probe(ctx context.Context, where string) *call {
+	if _, ok := ctx.Deadline(); ok {
+		reqCtx, cancel := context.WithCancel(ctx)
+		return &call{c: c, callerCtx: ctx, ctx: reqCtx, end: cancel, where: where}
+	}
+	return c.start(ctx, where, probeTimeout)
+}
+
+// send sends the request. Transport failures come back described by fail.
+func (k *call) send(method, target string, body []byte) (*http.Response, error) {
+	req, err := k.c.newRequest(k.ctx, method, target, body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k.where, err)
+	}
+	resp, err := k.c.http.Do(req)
+	if err != nil {
+		return nil, k.fail("", err)
+	}
+	return resp, nil
+}
+
+// fail describes an error that ended the call, saying which context
+// ended it if one did: the caller's (wraps the context error, so
+// Classify says Canceled) or the client's own timeout (wraps
+// errRequestTimeout: Transient). detail, if any, says what was being
+// done.
+func (k *call) fail(detail string, err error) error {
+	where := k.where
+	if detail != "" {
+		where += ": " + detail
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its text repeats the URL that where already names
+	}
+	if ctxErr := k.callerCtx.Err(); ctxErr != nil {
+		if cause := context.Cause(k.callerCtx); cause != nil && cause != ctxErr {
+			return fmt.Errorf("%s: %w (%w)", where, ctxErr, cause)
+		}
+		return fmt.Errorf("%s: %w", where, ctxErr)
+	}
+	if k.ctx.Err() != nil && errors.Is(context.Cause(k.ctx), errRequestTimeout) {
+		return fmt.Errorf("%s: %w (limit %v)", where, errRequestTimeout, k.limit)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// newRequest builds a request with the headers every call carries.
+func (c *Client) newRequest(ctx context.Context, method, target string, body []byte) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errInvalidRequest, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", "aerie")
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	return req, nil
+}
+
+// readBounded reads all of r, failing if it holds more than limit bytes.
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: body larger than %d bytes", errMalformed, limit)
+	}
+	return b, nil
+}
+
+// release closes a response body. When the response was read to its
+// end (reuse), what little is left (the end of a chunked body) is read
+// first so the connection goes back to the pool; a body that still has
+// more than that, or takes longer than drainWait, is not worth waiting
+// for. An abandoned stream is closed at once: reading on could block
+// until the server finishes the answer.
+func (k *call) release(body io.ReadCloser, reuse bool) {
+	if reuse {
+		stop := time.AfterFunc(drainWait, k.end)
+		_, _ = io.CopyN(io.Discard, body, 4<<10)
+		stop.Stop()
+	} else {
+		k.end()
+	}
+	_ = body.Close()
+}
+
+// drainWait bounds the wait for the end of a body before it is closed.
+const drainWait = 100 * time.Millisecond

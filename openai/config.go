@@ -1,0 +1,178 @@
+package openai
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults applied when the caller does not choose.
+const (
+	// DefaultRequestTimeout bounds one chat completion from sending the
+	// request to the end of the stream. Long reasoning answers take many
+	// minutes, and a request may first wait in the server's queue.
+	DefaultRequestTimeout = 30 * time.Minute
+
+	// probeTimeout bounds Health and Models when the caller's context has
+	// no deadline: both answer at once on a live server.
+	probeTimeout = 10 * time.Second
+)
+
+// Config configures a Client. The zero value of every field except BaseURL
+// is usable.
+type Config struct {
+	// BaseURL is the server's address, for example http://127.0.0.1:8000.
+	// A trailing "/v1" (the form OpenAI SDKs expect) and trailing slashes
+	// are accepted and removed. Only http and https are supported, and
+	// credentials belong in APIKey, not in the URL.
+	BaseURL string
+
+	// APIKey, when set, is sent as "Authorization: Bearer <key>". It never
+	// appears in errors, logs or String output.
+	APIKey string
+
+	// HTTPClient sends every request. Nil means a client made for many
+	// concurrent long streams to one host: up to 512 idle connections
+	// kept for reuse, 10 s limits on dialing and TLS handshakes, and no
+	// limit on waiting for response headers (vLLM sends them with the
+	// first token, after any time queued). A supplied client should have
+	// no overall Timeout: RequestTimeout bounds each request instead, and
+	// a client Timeout would cut long answers short.
+	HTTPClient *http.Client
+
+	// RequestTimeout bounds one chat completion, including time spent
+	// queued on the server before the first token. Zero means 30
+	// minutes, enough for long reasoning answers. Expiry is reported as a
+	// Transient error: the server was too slow, the prompt may be fine.
+	RequestTimeout time.Duration
+}
+
+// String describes the configuration with the API key redacted, so a
+// Config can be logged safely.
+func (c Config) String() string {
+	client := "default"
+	if c.HTTPClient != nil {
+		client = "custom"
+	}
+	return fmt.Sprintf("openai.Config{BaseURL: %q, APIKey: %s, HTTPClient: %s, RequestTimeout: %v}",
+		withoutUserinfo(c.BaseURL), redactedKey(c.APIKey), client, c.RequestTimeout)
+}
+
+// GoString is String, so that %#v does not print the API key either.
+func (c Config) GoString() string { return c.String() }
+
+func redactedKey(key string) string {
+	if key == "" {
+		return "none"
+	}
+	return "[redacted]"
+}
+
+// endpoints holds the URLs derived from Config.BaseURL.
+type endpoints struct {
+	root   string // server root, without /v1: /health lives here
+	chat   string // <root>/v1/chat/completions
+	models string // <root>/v1/models
+	health string // <root>/health
+}
+
+// parseBaseURL validates raw and derives the endpoint URLs from it.
+func parseBaseURL(raw string) (endpoints, error) {
+	bad := func(why string) (endpoints, error) {
+		return endpoints{}, fmt.Errorf("invalid base URL %q: %s", withoutUserinfo(raw), why)
+	}
+	trimmed := strings.TrimSpace(raw)
+	if trimmed == "" {
+		return bad("empty")
+	}
+	if !strings.Contains(trimmed, "://") {
+		return bad("missing scheme (want http:// or https://)")
+	}
+	u, err := url.Parse(trimmed)
+	if err != nil {
+		// url.Error repeats the input; keep only the reason.
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err
+		}
+		return bad(err.Error())
+	}
+	switch u.Scheme {
+	case "http", "https":
+	default:
+		return bad(fmt.Sprintf("scheme %q is not http or https", u.Scheme))
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return bad("missing host")
+	}
+	if u.User != nil {
+		// Credentials in the URL would leak into every error message.
+		return bad("credentials in the URL are not supported (use APIKey)")
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return bad("query and fragment are not supported")
+	}
+	path := strings.TrimRight(u.Path, "/")
+	path = strings.TrimSuffix(path, "/v1")
+	path = strings.TrimRight(path, "/")
+	u.Path, u.RawPath = path, ""
+	root := u.String()
+	return endpoints{
+		root:   root,
+		chat:   root + "/v1/chat/completions",
+		models: root + "/v1/models",
+		health: root + "/health",
+	}, nil
+}
+
+// withoutUserinfo hides credentials ("user:password@") in a URL that is
+// about to be printed, without relying on the URL being parseable.
+func withoutUserinfo(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return raw
+	}
+	return scheme + "://[redacted]" + rest[at:]
+}
+
+// newHTTPClient returns the client used when Config.HTTPClient is nil.
+//
+// It is tuned for a worker holding hundreds of streams open to one
+// server: idle connections are kept per host (MaxIdleConnsPerHost 512)
+// so finished streams hand their connection to the next request instead
+// of closing it; there is no overall client Timeout and no
+// ResponseHeaderTimeout, because vLLM sends response headers together
+// with the first token, so a request queued behind a full batch looks
+// like a server that has not answered yet (RequestTimeout bounds that
+// wait instead). Dialing and TLS handshakes are bounded at 10 s, since
+// a server that cannot accept a connection in that time is down.
+// Compression is not requested, so no proxy buffers the event stream to
+// compress it. HTTP/2 stays off: one connection per stream avoids
+// head-of-line blocking and per-connection stream limits.
+func newHTTPClient() *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		Protocols:             protocols,
+	}
+	return &http.Client{Transport: transport}
+}

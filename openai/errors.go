@@ -1,0 +1,214 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Sentinel errors wrapped by the errors this package returns. They are
+// unexported: callers decide what to do with Classify, and read the
+// details in the message.
+var (
+	// errRequestTimeout: Config.RequestTimeout expired. Deliberately not
+	// context.DeadlineExceeded, which Classify reserves for the caller's
+	// own context.
+	errRequestTimeout = errors.New("request timeout exceeded")
+	// errStreamEnded: the stream stopped before it was complete.
+	errStreamEnded = errors.New("stream ended early")
+	// errMalformed: the server sent something that is not the API's shape.
+	errMalformed = errors.New("malformed response")
+	// errInvalidRequest: the request cannot be sent as given.
+	errInvalidRequest = errors.New("invalid request")
+)
+
+// Bounds on what is read from and kept of a failed response.
+const (
+	// maxErrorRead is how much of an error body is read for parsing.
+	maxErrorRead = 64 << 10
+	// maxErrorBody is how much of it APIError.Body keeps.
+	maxErrorBody = 4 << 10
+	// maxErrorMessage is how much of the message Error() prints, so one
+	// failure cannot flood a log line.
+	maxErrorMessage = 1 << 10
+	// maxRetryAfter caps a Retry-After hint.
+	maxRetryAfter = 24 * time.Hour
+)
+
+// APIError is a failure reported by the server: a non-2xx response, or an
+// error object sent inside a successful stream (then Status is 0 and Code
+// usually holds the status the server meant).
+type APIError struct {
+	Status  int    // HTTP status; 0 for an error sent inside a stream
+	Type    string // e.g. "BadRequestError"
+	Message string // the server's explanation
+	Code    string // numeric or symbolic code, as text ("400", "context_length_exceeded")
+	Param   string // the offending parameter, when the server names one
+	// Body is the raw response body, at most 4 KiB, kept for diagnosis
+	// when the server did not send the usual error object.
+	Body string
+	// RetryAfter is the server's Retry-After hint; zero when absent.
+	RetryAfter time.Duration
+}
+
+// Error describes the failure as "status 400 BadRequestError: message".
+func (e *APIError) Error() string {
+	var b strings.Builder
+	if e.Status == 0 {
+		b.WriteString("error in stream")
+	} else {
+		fmt.Fprintf(&b, "status %d", e.Status)
+	}
+	if e.Type != "" {
+		b.WriteString(" ")
+		b.WriteString(e.Type)
+	}
+	// One line, however the server formatted it, so it fits a log line.
+	msg := strings.Join(strings.Fields(e.Message), " ")
+	if msg == "" {
+		msg = strings.Join(strings.Fields(e.Body), " ")
+	}
+	if msg == "" && e.Status != 0 {
+		msg = http.StatusText(e.Status)
+	}
+	if msg != "" {
+		b.WriteString(": ")
+		b.WriteString(truncate(msg, maxErrorMessage))
+	}
+	if e.Code != "" && e.Code != strconv.Itoa(e.Status) {
+		fmt.Fprintf(&b, " (code %s)", e.Code)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
+	}
+	return b.String()
+}
+
+// errorObject is the error shape of OpenAI-compatible servers. Both
+// {"error": {...}} and the older top-level {"object": "error", ...} are
+// decoded into it.
+type errorObject struct {
+	Message string          `json:"message"`
+	Type    string          `json:"type"`
+	Param   json.RawMessage `json:"param"`
+	Code    json.RawMessage `json:"code"`
+}
+
+// errorEnvelope matches both error shapes at once. Error stays raw
+// because some proxies send {"error": "text"} instead of an object.
+type errorEnvelope struct {
+	Error  json.RawMessage `json:"error"`
+	Object string          `json:"object"`
+	errorObject
+}
+
+// errorFrom returns the error object in env, or nil if it has none.
+func (env *errorEnvelope) errorFrom() *errorObject {
+	raw := bytes.TrimSpace(env.Error)
+	switch {
+	case len(raw) > 0 && raw[0] == '{':
+		var obj errorObject
+		if json.Unmarshal(raw, &obj) == nil {
+			return &obj
+		}
+	case len(raw) > 0 && raw[0] == '"':
+		return &errorObject{Message: rawText(raw)}
+	}
+	if env.Object == "error" {
+		return &env.errorObject
+	}
+	return nil
+}
+
+// apiErrorFrom converts a decoded error object, removing the API key
+// from the message in case a server echoed it.
+func apiErrorFrom(status int, obj *errorObject, apiKey string) *APIError {
+	return &APIError{
+		Status:  status,
+		Type:    obj.Type,
+		Message: string(redact([]byte(obj.Message), apiKey)),
+		Code:    rawText(obj.Code),
+		Param:   rawText(obj.Param),
+	}
+}
+
+// readAPIError builds an APIError from a non-2xx response. It reads at
+// most maxErrorRead bytes of the body; the key, if a server echoed it,
+// is removed from everything kept.
+func readAPIError(resp *http.Response, apiKey string) *APIError {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorRead))
+	body = redact(body, apiKey)
+	e := &APIError{Status: resp.StatusCode}
+	var env errorEnvelope
+	if json.Unmarshal(body, &env) == nil {
+		if obj := env.errorFrom(); obj != nil {
+			e = apiErrorFrom(resp.StatusCode, obj, apiKey)
+		}
+	}
+	e.Body = truncate(string(body), maxErrorBody)
+	e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	return e
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds (fractions
+// accepted) or an HTTP date. Anything unreadable or in the past is zero.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs != secs || secs <= 0 { // NaN or not in the future
+			return 0
+		}
+		if secs >= maxRetryAfter.Seconds() {
+			return maxRetryAfter
+		}
+		d = time.Duration(secs * float64(time.Second))
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// rawText renders a JSON scalar as text: strings unquoted, numbers as
+// written, null and absent as "".
+func rawText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// redact removes every occurrence of key from b.
+func redact(b []byte, key string) []byte {
+	if key == "" || !bytes.Contains(b, []byte(key)) {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+}

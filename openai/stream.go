@@ -1,0 +1,202 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+)
+
+// ChatStream runs a streaming chat completion and returns the assembled
+// answer once the server has sent [DONE].
+//
+// It asks for usage in every chunk (continuous usage stats) and in a final
+// chunk, calls progress (which may be nil) as tokens arrive, and measures
+// TTFT and latency. The request is bounded by Config.RequestTimeout as
+// well as ctx; expiry of the former is Transient, of the latter Canceled.
+//
+// A stream that stops before [DONE], or without a finish reason, is an
+// error (Transient), as is a chunk that is not valid JSON; an error object
+// sent inside the stream is returned as an *APIError with Status 0. On
+// error the Completion is nil: a partial answer is not training data.
+func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
+	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
+	defer k.end()
+	body, err := req.encode(true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k.where, err)
+	}
+	begin := time.Now()
+	resp, err := k.send(http.MethodPost, c.ep.chat, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer k.release(resp.Body, true)
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+	}
+	if isJSON(resp.Header.Get("Content-Type")) {
+		// The server (or a proxy) ignored "stream": the whole answer is here.
+		defer k.release(resp.Body, true)
+		comp, err := k.readWhole(resp, begin, time.Since(begin))
+		if err == nil && progress != nil && comp.Usage.CompletionTokens > 0 {
+			progress(comp.Usage.CompletionTokens)
+		}
+		return comp, err
+	}
+	complete := false
+	defer func() { k.release(resp.Body, complete) }()
+	s := &streamState{begin: begin, progress: progress, apiKey: c.apiKey}
+	if err := k.readStream(resp.Body, s); err != nil {
+		return nil, err
+	}
+	complete = true
+	return s.completion(), nil
+}
+
+// readStream feeds every chunk of the stream to s until [DONE].
+func (k *call) readStream(body io.Reader, s *streamState) error {
+	events := newSSEReader(body)
+	for {
+		data, done, err := events.next()
+		if done {
+			break
+		}
+		if errors.Is(err, io.EOF) {
+			return k.fail("", fmt.Errorf("%w after %d chunks (no [DONE])", errStreamEnded, s.chunks))
+		}
+		if err != nil {
+			return k.fail(fmt.Sprintf("reading stream after %d chunks", s.chunks), err)
+		}
+		if err := s.event(data); err != nil {
+			return fmt.Errorf("%s: %w", k.where, err)
+		}
+	}
+	s.latency = time.Since(s.begin)
+	if s.finishReason == "" {
+		return fmt.Errorf("%s: %w after %d chunks (no finish_reason)", k.where, errStreamEnded, s.chunks)
+	}
+	return nil
+}
+
+// streamState accumulates a streamed answer.
+type streamState struct {
+	begin    time.Time
+	progress Progress
+	apiKey   string // removed from anything of the stream put in an error
+
+	answer       answer
+	id, model    string
+	finishReason string
+	usage        Usage
+	chunks       int
+	counted      int // tokens reported to progress so far
+	ttft         time.Duration
+	latency      time.Duration
+}
+
+// streamChunk is one data chunk of a chat completion stream, or an error
+// object sent in its place.
+type streamChunk struct {
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index        int       `json:"index"`
+		Delta        textParts `json:"delta"`
+		FinishReason *string   `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+	errorEnvelope
+}
+
+// event handles the data of one event. The data normally holds one JSON
+// chunk; several, one per line, are accepted from servers that leave out
+// the blank lines between events.
+func (s *streamState) event(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		var chunk streamChunk
+		err := dec.Decode(&chunk)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			snippet := truncate(string(redact(data, s.apiKey)), 200)
+			return fmt.Errorf("%w: chunk %d is not valid JSON (%w): %s",
+				errMalformed, s.chunks+1, err, snippet)
+		}
+		s.chunks++
+		if obj := chunk.errorFrom(); obj != nil {
+			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.apiKey))
+		}
+		s.chunk(&chunk)
+	}
+}
+
+// chunk folds one decoded chunk into the state.
+func (s *streamState) chunk(c *streamChunk) {
+	if s.id == "" {
+		s.id = c.ID
+	}
+	if s.model == "" {
+		s.model = c.Model
+	}
+	text := false
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if ch.Index != 0 {
+			continue // only one answer is asked for
+		}
+		d := ch.Delta
+		if s.answer.add(d.Reasoning, d.ReasoningContent, d.Content) {
+			text = true
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			s.finishReason = *ch.FinishReason
+		}
+	}
+	if text && s.ttft == 0 {
+		s.ttft = max(time.Since(s.begin), 1)
+	}
+	tokens := 0
+	if c.Usage != nil {
+		s.usage = *c.Usage
+		tokens = c.Usage.CompletionTokens - s.counted
+	} else if text {
+		tokens = 1
+	}
+	if tokens > 0 {
+		s.counted += tokens
+		if s.progress != nil {
+			s.progress(tokens)
+		}
+	}
+}
+
+// completion returns the assembled answer.
+func (s *streamState) completion() *Completion {
+	reasoning, content := s.answer.split()
+	return &Completion{
+		ID:           s.id,
+		Model:        s.model,
+		Reasoning:    reasoning,
+		Content:      content,
+		FinishReason: s.finishReason,
+		Usage:        s.usage,
+		TTFT:         s.ttft,
+		Latency:      s.latency,
+		Chunks:       s.chunks,
+	}
+}
+
+// isJSON reports whether a Content-Type is JSON rather than an event
+// stream.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
