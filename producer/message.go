@@ -1,0 +1,79 @@
+package producer
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// expectHeaderSize is the size of the header that
+// WithExpectLastSequencePerSubject(0) adds at publish time, counted when a
+// message is compared with the server's max_payload.
+var expectHeaderSize = len(jetstream.ExpectedLastSubjSeqHeader) + len(": 0\r\n")
+
+// promptMessage builds the message that queues one prompt. Its subject and
+// Nats-Msg-Id depend only on the run and the prompt id, so publishing it
+// again, from this produce or any later one, is recognised as a repeat.
+func promptMessage(run, source, id string, msgs []schema.Message) (*nats.Msg, error) {
+	data, err := schema.EncodePrompt(&schema.Prompt{Run: run, ID: id, Messages: msgs, Source: source})
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(schema.PromptSubject(run, id))
+	m.Data = data
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, id))
+	m.Header.Set(schema.HeaderPromptID, id)
+	m.Header.Set(schema.HeaderRun, run)
+	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
+	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	return m, nil
+}
+
+// payloadSize is what the server compares with its max_payload: the data
+// and the headers, including the one added when the message is published.
+func payloadSize(m *nats.Msg) int64 {
+	return int64(m.Size()-len(m.Subject)-len(m.Reply)) + int64(expectHeaderSize)
+}
+
+// copyMsg returns a message with the same subject, headers and data, so
+// that a retry never writes to headers the client library may still read.
+func copyMsg(m *nats.Msg) *nats.Msg {
+	c := nats.NewMsg(m.Subject)
+	c.Data = m.Data
+	for k, v := range m.Header {
+		c.Header[k] = append([]string(nil), v...)
+	}
+	return c
+}
+
+// tokenOf is the digest behind schema.SubjectToken, as an array: two ids
+// with the same token would share a subject, so duplicates are detected by
+// token.
+func tokenOf(id string) [16]byte {
+	sum := sha256.Sum256([]byte(id))
+	return [16]byte(sum[:16])
+}
+
+// oversizeReason explains a prompt too large for the server.
+func oversizeReason(id string, size, limit int64) string {
+	return fmt.Sprintf("prompt %q is a %s message, over the server's max_payload of %s: raise max_payload in the nats-server configuration (aerie's embedded server allows %s), or shorten or remove this prompt",
+		truncate(id, 60), formatBytes(size), formatBytes(limit), formatBytes(broker.DefaultMaxPayload))
+}
+
+// formatBytes writes a size in bytes, KiB or MiB with one decimal.
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	default:
+		return strconv.Itoa(int(n)) + " bytes"
+	}
+}

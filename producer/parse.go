@@ -1,0 +1,409 @@
+package producer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// MaxIDBytes bounds a prompt id. Ids travel in a header and in every
+// result line; 256 bytes is ample for any dataset's keys and keeps a
+// runaway field (a whole document pasted as id) from being accepted.
+const MaxIDBytes = 256
+
+// Roles of the chat turns a prompt may hold.
+const (
+	roleSystem    = "system"
+	roleUser      = "user"
+	roleAssistant = "assistant"
+)
+
+// roleNames maps the role (or ShareGPT "from") values accepted in input
+// files, compared without regard to case, to chat roles.
+var roleNames = map[string]string{
+	"system":    roleSystem,
+	"user":      roleUser,
+	"human":     roleUser,
+	"assistant": roleAssistant,
+	"gpt":       roleAssistant,
+}
+
+// lineFields are the top-level fields of an input line that aerie reads;
+// any others are ignored. When several prompt fields are present,
+// messages wins over conversations, which wins over prompt (UltraChat, for
+// one, carries both prompt and messages).
+type lineFields struct {
+	ID            json.RawMessage `json:"id"`
+	Messages      json.RawMessage `json:"messages"`
+	Conversations json.RawMessage `json:"conversations"`
+	Prompt        json.RawMessage `json:"prompt"`
+}
+
+// turnFields are the fields of one chat turn: role and content (OpenAI,
+// SpecForge) or from and value (ShareGPT).
+type turnFields struct {
+	Role    json.RawMessage `json:"role"`
+	From    json.RawMessage `json:"from"`
+	Content json.RawMessage `json:"content"`
+	Value   json.RawMessage `json:"value"`
+}
+
+// ParseLine reads one JSONL line into a prompt id and the messages to send.
+//
+// Accepted shapes:
+//
+//	{"id": ..., "messages": [{"role": "user", "content": "..."}, ...]}
+//	{"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}   (SpecForge)
+//	{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]} (ShareGPT)
+//	{"id": ..., "prompt": "..."}                                         (one user message)
+//
+// Roles are system, user and assistant; ShareGPT's human and gpt mean user
+// and assistant. Content is a string or a list of {"type": "text", "text"}
+// parts, joined with newlines. A final assistant turn is dropped: it is the
+// answer being regenerated. What remains must end with a user turn.
+//
+// The id is a string or a number (its decimal text). Without an id, the id
+// is derived from the messages (see ContentID), so the same prompt gets the
+// same id on every produce.
+//
+// ParseLine never panics; its error says what is wrong with the line.
+func ParseLine(line []byte) (id string, msgs []schema.Message, err error) {
+	id, msgs, _, err = parseLine(line)
+	return id, msgs, err
+}
+
+// parseLine is ParseLine that also says whether the id was derived from
+// the content, for duplicate reports. A well-formed line is decoded in one
+// pass (quickLine); any other is decoded again, field by field, so that
+// the error says exactly what is wrong. The quick path accepts a line only
+// when the detailed one would give the same result.
+func parseLine(line []byte) (id string, msgs []schema.Message, derived bool, err error) {
+	var q quickLine
+	if json.Unmarshal(line, &q) == nil {
+		id, msgs, derived, err = q.parse()
+		if err == nil {
+			return id, msgs, derived, nil
+		}
+	}
+	return parseDetailed(line)
+}
+
+// quickLine is lineFields with the turns decoded in the same pass. A
+// field of the wrong type makes decoding fail and the line go the
+// detailed way.
+type quickLine struct {
+	ID            json.RawMessage `json:"id"`
+	Messages      []turnFields    `json:"messages"`
+	Conversations []turnFields    `json:"conversations"`
+	Prompt        json.RawMessage `json:"prompt"`
+}
+
+func (q *quickLine) parse() (string, []schema.Message, bool, error) {
+	var msgs []schema.Message
+	var err error
+	switch {
+	case q.Messages != nil: // [] decodes to an empty, non-nil slice
+		msgs, err = buildTurns(q.Messages, "messages", len(q.Messages))
+	case q.Conversations != nil:
+		msgs, err = buildTurns(q.Conversations, "conversations", len(q.Conversations))
+	case present(q.Prompt):
+		msgs, err = parsePrompt(q.Prompt)
+	default:
+		err = errNoPrompt
+	}
+	if err != nil {
+		return "", nil, false, err
+	}
+	return finishID(q.ID, msgs)
+}
+
+var errNoPrompt = errors.New("no messages, conversations or prompt field")
+
+// parseDetailed decodes a line field by field, to say what is wrong.
+func parseDetailed(line []byte) (id string, msgs []schema.Message, derived bool, err error) {
+	var f lineFields
+	if err := json.Unmarshal(line, &f); err != nil {
+		return "", nil, false, jsonProblem(line, err)
+	}
+	switch {
+	case present(f.Messages):
+		msgs, err = parseTurns(f.Messages, "messages")
+	case present(f.Conversations):
+		msgs, err = parseTurns(f.Conversations, "conversations")
+	case present(f.Prompt):
+		msgs, err = parsePrompt(f.Prompt)
+	default:
+		err = errNoPrompt
+	}
+	if err != nil {
+		return "", nil, false, err
+	}
+	return finishID(f.ID, msgs)
+}
+
+// finishID reads the id, or derives it from the messages when absent.
+func finishID(raw json.RawMessage, msgs []schema.Message) (string, []schema.Message, bool, error) {
+	if !present(raw) {
+		return ContentID(msgs), msgs, true, nil
+	}
+	id, err := parseID(raw)
+	if err != nil {
+		return "", nil, false, err
+	}
+	return id, msgs, false, nil
+}
+
+// present reports whether a field was given with a value other than null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
+}
+
+// jsonProblem turns a decoding error of a whole line into a reason.
+func jsonProblem(line []byte, err error) error {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Errorf("not JSON: %v (at byte %d)", err, syn.Offset)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return fmt.Errorf("line is a JSON %s, not an object with messages, conversations or prompt", kindOf(bytes.TrimSpace(line)))
+	}
+	return fmt.Errorf("not JSON: %v", err)
+}
+
+// kindOf names the JSON type of a valid value.
+func kindOf(raw []byte) string {
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
+
+// parsePrompt reads the "prompt" shape: one user message.
+func parsePrompt(raw json.RawMessage) ([]schema.Message, error) {
+	if raw[0] != '"' {
+		return nil, fmt.Errorf("prompt must be a string, found %s", kindOf(raw))
+	}
+	text, err := decodeString(raw, "prompt")
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(text) == "" {
+		return nil, errors.New("prompt is empty")
+	}
+	return []schema.Message{{Role: roleUser, Content: text}}, nil
+}
+
+// parseTurns reads a list of chat turns, checking the type of each.
+func parseTurns(raw json.RawMessage, field string) ([]schema.Message, error) {
+	var items []json.RawMessage
+	if raw[0] != '[' {
+		return nil, fmt.Errorf("%s must be a list of {role, content} objects, found %s", field, kindOf(raw))
+	}
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("%s: %v", field, err)
+	}
+	turns := make([]turnFields, len(items))
+	for i, item := range items {
+		n := i + 1
+		if len(item) == 0 || item[0] != '{' {
+			return nil, fmt.Errorf("message %d must be an object with role and content, found %s", n, kindOf(item))
+		}
+		if err := json.Unmarshal(item, &turns[i]); err != nil {
+			return nil, fmt.Errorf("message %d: %v", n, err)
+		}
+	}
+	return buildTurns(turns, field, len(items))
+}
+
+// buildTurns drops a final assistant turn and checks that what is left can
+// be sent as a prompt.
+func buildTurns(turns []turnFields, field string, given int) ([]schema.Message, error) {
+	if len(turns) == 0 {
+		return nil, fmt.Errorf("%s is empty", field)
+	}
+	roles := make([]string, len(turns))
+	for i, t := range turns {
+		role, err := parseRole(t, i+1)
+		if err != nil {
+			return nil, err
+		}
+		roles[i] = role
+	}
+	if roles[len(roles)-1] == roleAssistant {
+		// The answer being regenerated: its content is not read at all,
+		// so a placeholder (empty, null) there is fine.
+		turns, roles = turns[:len(turns)-1], roles[:len(roles)-1]
+	}
+	if !containsUser(roles) {
+		if len(roles) < given {
+			return nil, errors.New("no user message left after dropping the final assistant answer")
+		}
+		return nil, errors.New("no user message")
+	}
+	if last := roles[len(roles)-1]; last != roleUser {
+		return nil, fmt.Errorf("message %d: the conversation must end with a user message (after a final assistant answer is dropped), found %s", len(roles), last)
+	}
+	msgs := make([]schema.Message, len(turns))
+	for i, t := range turns {
+		content, err := parseContent(t, i+1)
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = schema.Message{Role: roles[i], Content: content}
+	}
+	return msgs, nil
+}
+
+func containsUser(roles []string) bool {
+	for _, r := range roles {
+		if r == roleUser {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRole reads a turn's role, or its ShareGPT "from".
+func parseRole(t turnFields, n int) (string, error) {
+	raw, name := t.Role, "role"
+	if !present(raw) {
+		raw, name = t.From, "from"
+	}
+	if !present(raw) {
+		return "", fmt.Errorf("message %d: no role (or from) field", n)
+	}
+	if raw[0] != '"' {
+		return "", fmt.Errorf("message %d: %s must be a string, found %s", n, name, kindOf(raw))
+	}
+	s, lone, ok := unquote(raw)
+	if !ok || lone || !utf8.ValidString(s) {
+		if _, err := decodeString(raw, fmt.Sprintf("message %d %s", n, name)); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("message %d: %s is not a valid JSON string", n, name)
+	}
+	role, ok := roleNames[s]
+	if !ok {
+		role, ok = roleNames[strings.ToLower(s)]
+	}
+	if !ok {
+		return "", fmt.Errorf("message %d: unknown %s %q: use system, user (or human) or assistant (or gpt)", n, name, truncate(s, 40))
+	}
+	return role, nil
+}
+
+// parseContent reads a turn's content, or its ShareGPT "value".
+func parseContent(t turnFields, n int) (string, error) {
+	raw := t.Content
+	if !present(raw) {
+		raw = t.Value
+	}
+	if !present(raw) {
+		return "", fmt.Errorf("message %d: no content (or value) field", n)
+	}
+	what := fmt.Sprintf("message %d content", n)
+	var text string
+	var err error
+	switch raw[0] {
+	case '"':
+		text, err = decodeString(raw, what)
+	case '[':
+		text, err = decodeParts(raw, what)
+	default:
+		err = fmt.Errorf("%s must be a string or a list of text parts, found %s", what, kindOf(raw))
+	}
+	if err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", fmt.Errorf("message %d: empty content", n)
+	}
+	return text, nil
+}
+
+// decodeParts reads OpenAI's list-of-parts content. Only text parts are
+// accepted (aerie regenerates text answers); they are joined with newlines,
+// which is how vLLM renders a list of text parts.
+func decodeParts(raw json.RawMessage, what string) (string, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("%s: %v", what, err)
+	}
+	texts := make([]string, 0, len(parts))
+	for i, p := range parts {
+		where := fmt.Sprintf("%s part %d", what, i+1)
+		if len(p) == 0 || p[0] != '{' {
+			return "", fmt.Errorf("%s must be an object with type and text, found %s", where, kindOf(p))
+		}
+		var part struct {
+			Type json.RawMessage `json:"type"`
+			Text json.RawMessage `json:"text"`
+		}
+		if err := json.Unmarshal(p, &part); err != nil {
+			return "", fmt.Errorf("%s: %v", where, err)
+		}
+		var typ string
+		if present(part.Type) && part.Type[0] == '"' {
+			if err := json.Unmarshal(part.Type, &typ); err != nil {
+				return "", fmt.Errorf("%s: type: %v", where, err)
+			}
+		}
+		if typ != "text" {
+			return "", fmt.Errorf("%s: type must be \"text\" (only text parts are supported), found %s", where, describe(part.Type))
+		}
+		if !present(part.Text) || part.Text[0] != '"' {
+			return "", fmt.Errorf("%s: text must be a string, found %s", where, describe(part.Text))
+		}
+		text, err := decodeString(part.Text, where+" text")
+		if err != nil {
+			return "", err
+		}
+		texts = append(texts, text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// describe names a field's value for an error: a short string is quoted,
+// anything else is named by type.
+func describe(raw json.RawMessage) string {
+	if !present(raw) {
+		return "none"
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return fmt.Sprintf("%q", truncate(s, 40))
+		}
+	}
+	return kindOf(raw)
+}
+
+// truncate shortens s to at most n bytes, on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,242 @@
+// Package producer queues the prompts of a run: it reads a JSONL file,
+// checks every line, writes the run manifest and publishes one message per
+// prompt to the prompts stream.
+//
+// The file is read twice and never held in memory: the first pass
+// validates every line and finds duplicate ids, so that a bad file
+// publishes nothing (unless told to skip bad lines); the second pass
+// publishes. Publishing is idempotent for good: each prompt has its own
+// subject, which the stream holds at most once, and every publish expects
+// that subject to be empty. Producing the same file again, after a crash
+// or on purpose, publishes exactly the prompts that are missing.
+package producer
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Validate runs the validation pass alone (for a dry run): it reads every
+// line, checks it and finds duplicate ids, touching no server. With
+// invalid lines and cfg.SkipInvalid false it returns an *InvalidError;
+// the report is returned in every case once the file could be read.
+// Prompts too large for a server's max_payload are found only by Run,
+// which knows the server.
+func Validate(ctx context.Context, cfg Config) (*Report, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	sc, err := scanFile(ctx, cfg, 0)
+	if sc == nil {
+		return nil, err
+	}
+	rep := &sc.report
+	rep.Elapsed = time.Since(start)
+	if err == nil {
+		err = accept(cfg, sc)
+	}
+	if err != nil {
+		return rep, err
+	}
+	cfg.Logger.Info("produce validated", "file", cfg.PromptsFile, "lines", rep.Lines, "valid", rep.Valid,
+		"invalid", rep.Invalid, "elapsed", rep.Elapsed.Round(time.Millisecond))
+	return rep, nil
+}
+
+// Run validates cfg.PromptsFile, then creates the streams if needed,
+// writes or checks the run manifest, creates the workers' consumer and
+// publishes every valid prompt. Nothing is published when a line is
+// invalid and cfg.SkipInvalid is false (*InvalidError), or when the run
+// exists with other settings (*ManifestConflictError). Prompts that could
+// not be published are named in an *IncompleteError; producing again
+// publishes them. The report is returned whenever the file could be read,
+// errors included.
+//
+// js should allow at least cfg.MaxPending outstanding asynchronous
+// publishes (jetstream.WithPublishAsyncMaxPending; the default allows
+// 4000).
+func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, error) {
+	start := time.Now()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	limit := js.Conn().MaxPayload()
+	sc, err := scanFile(ctx, cfg, limit)
+	if sc == nil {
+		return nil, err
+	}
+	rep := &sc.report
+	defer func() { rep.Elapsed = time.Since(start) }()
+	if err == nil {
+		err = accept(cfg, sc)
+	}
+	if err != nil {
+		return rep, err
+	}
+
+	if err := provision.Streams(ctx, js, cfg.Provision); err != nil {
+		return rep, fmt.Errorf("produce run %s: %w", cfg.Run, err)
+	}
+	manifest, created, err := writeManifest(ctx, js, cfg, rep.Valid)
+	if err != nil {
+		return rep, err
+	}
+	if !created {
+		cfg.Logger.Info("produce: run exists with the same settings; publishing only the prompts not queued yet",
+			"run", cfg.Run, "created_at", manifest.CreatedAt, "producer", manifest.Producer)
+	}
+	if _, err := provision.WorkersConsumer(ctx, js, cfg.Run, cfg.Provision); err != nil {
+		return rep, fmt.Errorf("produce run %s: %w", cfg.Run, err)
+	}
+	stream, err := js.Stream(ctx, schema.PromptsStream)
+	if err != nil {
+		return rep, fmt.Errorf("produce run %s: look up stream %s: %w", cfg.Run, schema.PromptsStream, err)
+	}
+
+	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Valid), promptsLine)
+	pub := newPublisher(js, cfg, stream, limit, m)
+	err = publishFile(ctx, cfg, sc, pub)
+	m.finish()
+
+	published, already, failed, problems := pub.results()
+	rep.Published, rep.AlreadyQueued, rep.Failed = published, already, failed
+	for _, p := range problems {
+		rep.addProblem(p)
+	}
+	slices.SortStableFunc(rep.Problems, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+	rep.Elapsed = time.Since(start)
+	logSummary(cfg, rep)
+	if err != nil {
+		return rep, err
+	}
+	if failed > 0 {
+		return rep, &IncompleteError{File: cfg.PromptsFile, Run: cfg.Run, Failed: failed, Valid: rep.Valid, Problems: problems}
+	}
+	return rep, nil
+}
+
+// accept decides, after the validation pass, whether publishing may go on.
+func accept(cfg Config, sc *scan) error {
+	rep := &sc.report
+	if rep.Invalid > 0 && !cfg.SkipInvalid {
+		return &InvalidError{File: cfg.PromptsFile, Invalid: rep.Invalid, Problems: rep.Problems}
+	}
+	if rep.Invalid > 0 {
+		shown := min(len(rep.Problems), shownProblems)
+		for _, p := range rep.Problems[:shown] {
+			cfg.Logger.Warn("produce: skipping invalid line", "problem", p.String())
+		}
+		if rep.Invalid > shown {
+			cfg.Logger.Warn("produce: skipping more invalid lines", "file", cfg.PromptsFile, "more", rep.Invalid-shown, "invalid", rep.Invalid)
+		}
+	}
+	if rep.Valid == 0 {
+		return fmt.Errorf("produce: %s has no valid prompt (%d lines, %d invalid): nothing to publish", cfg.PromptsFile, rep.Lines, rep.Invalid)
+	}
+	return nil
+}
+
+// publishFile is the publishing pass: it reads the file again and hands
+// every line that the validation pass accepted to the publisher, then
+// waits until each is settled.
+func publishFile(ctx context.Context, cfg Config, sc *scan, pub *publisher) error {
+	f, err := os.Open(cfg.PromptsFile)
+	if err != nil {
+		return fmt.Errorf("produce run %s: open prompts file again: %w", cfg.Run, err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("produce run %s: %w", cfg.Run, err)
+	}
+	if !os.SameFile(sc.info, info) || info.Size() != sc.info.Size() || !info.ModTime().Equal(sc.info.ModTime()) {
+		return changedError(cfg, "it was replaced or modified after validation")
+	}
+	pub.start(ctx)
+	err = feed(ctx, cfg, sc, f, pub)
+	pub.finish(ctx)
+	return err
+}
+
+// feed reads the file and adds each accepted prompt to the publisher.
+func feed(ctx context.Context, cfg Config, sc *scan, r io.Reader, pub *publisher) error {
+	source := filepath.Base(cfg.PromptsFile)
+	lr := newLineReader(r, MaxLineBytes)
+	queued := 0
+	for {
+		data, tooLong, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("produce run %s: read %s after line %d: %w", cfg.Run, cfg.PromptsFile, lr.line, err)
+		}
+		if tooLong || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		id, msgs, _, err := parseLine(data)
+		if err != nil {
+			continue // invalid in the validation pass too, or caught by the count below
+		}
+		first, ok := sc.ids[tokenOf(id)]
+		if !ok {
+			return changedError(cfg, fmt.Sprintf("line %d holds id %q, which was not there before", lr.line, truncate(id, 60)))
+		}
+		if first.line != lr.line || first.rejected {
+			continue // a duplicate, or too large: reported by the validation pass
+		}
+		msg, err := promptMessage(cfg.Run, fmt.Sprintf("%s:%d", source, lr.line), id, msgs)
+		if err != nil {
+			return fmt.Errorf("produce %s line %d: %w", cfg.PromptsFile, lr.line, err)
+		}
+		if err := pub.add(ctx, &entry{line: lr.line, id: id, msg: msg}); err != nil {
+			return fmt.Errorf("produce run %s: stopped at line %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
+				cfg.Run, lr.line, cfg.PromptsFile, err)
+		}
+		queued++
+	}
+	if queued != sc.report.Valid {
+		return changedError(cfg, fmt.Sprintf("%d valid prompts found on validation, %d now", sc.report.Valid, queued))
+	}
+	return nil
+}
+
+func changedError(cfg Config, detail string) error {
+	return fmt.Errorf("produce run %s: %s changed while it was being produced (%s): keep the file unchanged while producing; prompts queued so far stay queued, so produce the original file again, or the new one under a new --run name",
+		cfg.Run, cfg.PromptsFile, detail)
+}
+
+// logSummary writes the one line that closes a produce.
+func logSummary(cfg Config, rep *Report) {
+	rate := 0.0
+	if secs := rep.Elapsed.Seconds(); secs > 0 {
+		rate = float64(rep.Published+rep.AlreadyQueued) / secs
+	}
+	level := slog.LevelInfo
+	if rep.Failed > 0 {
+		level = slog.LevelWarn
+	}
+	cfg.Logger.Log(context.Background(), level, "produce finished",
+		"run", cfg.Run, "file", cfg.PromptsFile,
+		"lines", rep.Lines, "valid", rep.Valid, "invalid", rep.Invalid,
+		"published", rep.Published, "already_queued", rep.AlreadyQueued, "failed", rep.Failed,
+		"elapsed", rep.Elapsed.Round(time.Millisecond), "prompts_per_sec", math.Round(rate))
+}

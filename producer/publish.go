@@ -1,0 +1,348 @@
+package producer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/provision"
+)
+
+// Timing of publishes.
+const (
+	// ackTimeout is how long one publish may wait for the server's
+	// acknowledgement before it is retried (with the same message id, so
+	// a late first copy and the retry are stored once). A local broker
+	// answers in well under a millisecond and a cluster elects a new
+	// leader in about 3 s; 30 s only trips on a server that is gone.
+	ackTimeout = 30 * time.Second
+	// retryBase and retryMax shape the backoff between attempts: retryBase
+	// doubling per attempt, at most retryMax, with jitter so that hundreds
+	// of prompts failed together are not retried together.
+	retryBase = 250 * time.Millisecond
+	retryMax  = 5 * time.Second
+	// lookupTimeout bounds the look-up of a stored prompt's sequence.
+	lookupTimeout = 10 * time.Second
+)
+
+var errAckTimeout = fmt.Errorf("no acknowledgement from the server within %v", ackTimeout)
+
+// entry is one prompt on its way to the stream. It holds a publishing
+// slot from its first attempt until its outcome is settled.
+type entry struct {
+	line     int
+	id       string
+	msg      *nats.Msg
+	attempts int
+	future   jetstream.PubAckFuture
+	retryAt  time.Time
+}
+
+// verdict is what one publish attempt came to.
+type verdict int
+
+const (
+	// stored: the server stored the prompt now.
+	stored verdict = iota
+	// alreadyThere: the subject already held the prompt (a repeat).
+	alreadyThere
+	// retry: the attempt failed in a way another attempt may not.
+	retry
+	// permanent: another attempt would fail the same way.
+	permanent
+)
+
+// classify maps the outcome of one publish attempt to a verdict.
+func classify(ack *jetstream.PubAck, err error) verdict {
+	switch {
+	case err == nil && ack != nil && ack.Duplicate:
+		return alreadyThere
+	case err == nil:
+		return stored
+	case provision.IsAlreadyStored(err):
+		return alreadyThere
+	case errors.Is(err, nats.ErrMaxPayload),
+		errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrBadSubject),
+		errors.Is(err, nats.ErrBadHeaderMsg),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		return permanent
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return permanent
+	}
+	return retry
+}
+
+// backoff is the wait before attempt n+1, after n failed attempts.
+func backoff(n int) time.Duration {
+	d := retryMax
+	if n < 16 {
+		d = min(retryBase<<(n-1), retryMax)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// publisher publishes prompts asynchronously with at most cap(slots)
+// awaiting acknowledgement. One goroutine (the caller's) publishes and
+// republishes; the collector goroutine waits for acknowledgements in
+// publishing order and settles each prompt: done, or back to the caller
+// through the retry channel. Each entry is in exactly one place (the
+// inflight channel, the collector's hands, the retry channel, the caller's
+// hands) and holds a slot there, so neither channel, being as large as the
+// slot count, ever blocks.
+type publisher struct {
+	js       jetstream.JetStream
+	stream   jetstream.Stream // the prompts stream; nil in some tests
+	run      string
+	file     string
+	retries  int
+	startSeq uint64
+	limit    int64
+	meter    *meter
+
+	slots    chan struct{}
+	inflight chan *entry
+	retry    chan *entry
+	done     chan struct{}
+
+	mu        sync.Mutex
+	published int
+	already   int
+	failed    []Problem
+	nFailed   int
+}
+
+// newPublisher prepares the publishing of prompts to stream (the prompts
+// stream, as looked up just before), refused by the server above limit
+// bytes.
+func newPublisher(js jetstream.JetStream, cfg Config, stream jetstream.Stream, limit int64, m *meter) *publisher {
+	var startSeq uint64
+	if stream != nil {
+		startSeq = stream.CachedInfo().State.LastSeq
+	}
+	return &publisher{
+		js: js, stream: stream, run: cfg.Run, file: cfg.PromptsFile, retries: cfg.Retries,
+		startSeq: startSeq, limit: limit, meter: m,
+		slots:    make(chan struct{}, cfg.MaxPending),
+		inflight: make(chan *entry, cfg.MaxPending),
+		retry:    make(chan *entry, cfg.MaxPending),
+		done:     make(chan struct{}),
+	}
+}
+
+// start runs the collector until finish.
+func (p *publisher) start(ctx context.Context) {
+	go p.collect(ctx)
+}
+
+// add publishes a new prompt once a slot is free, republishing prompts
+// due for a retry first. It returns an error only when ctx ends.
+func (p *publisher) add(ctx context.Context, e *entry) error {
+	for {
+		select {
+		case r := <-p.retry:
+			p.resend(ctx, r)
+			continue
+		default:
+		}
+		select {
+		case p.slots <- struct{}{}:
+			p.send(ctx, e)
+			return nil
+		case r := <-p.retry:
+			p.resend(ctx, r)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// finish waits until every prompt added is settled, serving retries
+// meanwhile, and stops the collector. If ctx ends first, prompts not yet
+// settled are counted as failed.
+func (p *publisher) finish(ctx context.Context) {
+	held := 0
+wait:
+	for held < cap(p.slots) {
+		select {
+		case r := <-p.retry:
+			p.resend(ctx, r)
+		case p.slots <- struct{}{}:
+			held++ // holding every slot means nothing is outstanding
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	close(p.inflight)
+	<-p.done
+	for {
+		select {
+		case r := <-p.retry:
+			p.fail(r, interruptedReason(r, ctx.Err()))
+		default:
+			return
+		}
+	}
+}
+
+// resend waits out a prompt's backoff and publishes it again.
+func (p *publisher) resend(ctx context.Context, e *entry) {
+	if err := ctx.Err(); err != nil {
+		p.fail(e, interruptedReason(e, err))
+		return
+	}
+	if wait := time.Until(e.retryAt); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			p.fail(e, interruptedReason(e, ctx.Err()))
+			return
+		}
+	}
+	p.send(ctx, e)
+}
+
+// send makes one publish attempt. The message is copied for each attempt:
+// the client library sets headers on the message it is given.
+func (p *publisher) send(ctx context.Context, e *entry) {
+	e.attempts++
+	f, err := p.js.PublishMsgAsync(copyMsg(e.msg),
+		jetstream.WithExpectLastSequencePerSubject(0),
+		jetstream.WithStallWait(ackTimeout))
+	if err != nil {
+		p.settle(ctx, e, nil, err)
+		return
+	}
+	e.future = f
+	p.inflight <- e
+}
+
+// collect waits for the acknowledgement of each publish, in order.
+func (p *publisher) collect(ctx context.Context) {
+	defer close(p.done)
+	timer := time.NewTimer(ackTimeout)
+	for e := range p.inflight {
+		timer.Reset(ackTimeout)
+		var ack *jetstream.PubAck
+		var err error
+		select {
+		case ack = <-e.future.Ok():
+		case err = <-e.future.Err():
+		case <-timer.C:
+			err = errAckTimeout
+		case <-ctx.Done():
+			// Take an answer that has already arrived before giving up.
+			select {
+			case ack = <-e.future.Ok():
+			case err = <-e.future.Err():
+			default:
+				err = ctx.Err()
+			}
+		}
+		timer.Stop()
+		p.settle(ctx, e, ack, err)
+	}
+}
+
+// settle decides what becomes of a prompt after a publish attempt: the one
+// place where every outcome is handled.
+func (p *publisher) settle(ctx context.Context, e *entry, ack *jetstream.PubAck, err error) {
+	v := classify(ack, err)
+	if v == retry && ctx.Err() != nil {
+		p.fail(e, interruptedReason(e, ctx.Err()))
+		return
+	}
+	if v == retry && e.attempts >= p.retries {
+		v = permanent
+	}
+	switch v {
+	case stored:
+		p.succeed(e, false)
+	case alreadyThere:
+		p.succeed(e, !(e.attempts > 1 && p.storedByThisProduce(e, ack)))
+	case retry:
+		e.retryAt = time.Now().Add(backoff(e.attempts))
+		p.retry <- e
+	default:
+		p.fail(e, p.failureReason(e, err))
+	}
+}
+
+// storedByThisProduce tells, for a retried prompt found already stored,
+// whether an earlier attempt of this produce stored it (its acknowledgement
+// was lost) rather than an earlier produce: so it is when the stored
+// message is newer than the stream's last message when this produce
+// started. The server answers a repeat with the stored sequence only when
+// it recognises the message id; otherwise the sequence is looked up.
+func (p *publisher) storedByThisProduce(e *entry, ack *jetstream.PubAck) bool {
+	if ack != nil {
+		return ack.Sequence > p.startSeq
+	}
+	if p.stream == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+	defer cancel()
+	m, err := p.stream.GetLastMsgForSubject(ctx, e.msg.Subject)
+	if err != nil {
+		return false // counted as already queued, which it is in any case
+	}
+	return m.Sequence > p.startSeq
+}
+
+func (p *publisher) succeed(e *entry, already bool) {
+	p.mu.Lock()
+	if already {
+		p.already++
+	} else {
+		p.published++
+	}
+	p.mu.Unlock()
+	p.meter.queued(already)
+	<-p.slots
+}
+
+func (p *publisher) fail(e *entry, reason string) {
+	p.mu.Lock()
+	p.nFailed++
+	if len(p.failed) < MaxProblems {
+		p.failed = append(p.failed, Problem{File: p.file, Line: e.line, Reason: reason})
+	}
+	p.mu.Unlock()
+	<-p.slots
+}
+
+func (p *publisher) failureReason(e *entry, err error) string {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return oversizeReason(e.id, payloadSize(e.msg), p.limit)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return interruptedReason(e, err)
+	}
+	return fmt.Sprintf("prompt %q not published after %d %s: %v", truncate(e.id, 60), e.attempts, plural(e.attempts, "attempt", "attempts"), err)
+}
+
+func interruptedReason(e *entry, err error) string {
+	return fmt.Sprintf("prompt %q not confirmed before produce stopped (%v)", truncate(e.id, 60), err)
+}
+
+// results returns the counts and failures once finish has returned.
+func (p *publisher) results() (published, already, failed int, problems []Problem) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	slices.SortFunc(p.failed, func(a, b Problem) int { return cmp.Compare(a.Line, b.Line) })
+	return p.published, p.already, p.nFailed, p.failed
+}
