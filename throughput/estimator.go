@@ -1,0 +1,361 @@
+// Package throughput estimates how fast a run is going and when it will
+// end, from the answers the aggregator writes and the heartbeats workers
+// publish.
+//
+// Counting finished answers is misleading for most of the first hour: the
+// answers that finish first are the short ones, so both the completion
+// rate and the mean length of finished answers start far too low. The
+// estimator therefore measures work in tokens. Workers report the tokens
+// they have streamed (a rate that is right within seconds of the start)
+// and, for each request still being generated, how far it has got. Those
+// in-flight requests are right-censored observations of answer length:
+// each will be at least as long as what it has streamed. A product-limit
+// (Kaplan–Meier) estimate over finished and in-flight requests, with a
+// fitted lognormal tail, gives the mean answer length long before the
+// long answers finish, and the ETA is the remaining tokens over the token
+// rate plus the time the last, partly empty batch takes to drain.
+package throughput
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Defaults for Config.
+const (
+	// DefaultWindow is the span of the recent rates: a minute holds about
+	// 30 heartbeats per worker and, at 1.4 requests/s, about 85
+	// completions, enough to smooth the noise of single completions while
+	// still following a slowdown within a minute.
+	DefaultWindow = time.Minute
+	// DefaultStaleAfter is how long a worker may stay silent and still
+	// count as live: five heartbeat intervals of 2 s, so one or two lost
+	// heartbeats do not drop a worker but a dead one is gone within
+	// seconds.
+	DefaultStaleAfter = 10 * time.Second
+)
+
+// recentSpan is the span over which per-request decode speed is measured
+// for the ETA during ramp-up, when requests are still starting and the
+// speed of the batch changes with its size: five heartbeat intervals.
+const recentSpan = 10 * time.Second
+
+// minExact is how many answers must have finished untruncated before the
+// length distribution (and so the ETA) is estimated. Fewer than ten short
+// answers say almost nothing about the shape of the rest.
+const minExact = 10
+
+// Config configures an Estimator.
+type Config struct {
+	// Run is copied into every snapshot.
+	Run string
+	// Total is the number of prompts in the run. Zero or less means an
+	// empty run, which is done from the start.
+	Total int
+	// Window is the span of RequestsPerSec and TokensPerSec. Zero or less
+	// means DefaultWindow (one minute).
+	Window time.Duration
+	// StaleAfter is how long after its last heartbeat a worker stops
+	// counting as live: its in-flight requests and its rate drop out.
+	// Zero or less means DefaultStaleAfter (10 s).
+	StaleAfter time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	c.Total = max(c.Total, 0)
+	return c
+}
+
+// Estimator turns completions and heartbeats into throughput snapshots.
+// Its methods are safe for concurrent use. Memory stays bounded however
+// long the run: lengths go into a log-spaced histogram, rates keep one
+// window of history per worker, and workers silent for long are forgotten
+// (their tokens still count in the overall rate).
+type Estimator struct {
+	mu    sync.Mutex
+	cfg   Config
+	start time.Time
+
+	completed, failed, truncated int // including restored
+	localCompleted, localFailed  int // in this process only
+
+	lengths   histogram  // every written answer, truncated ones included
+	exact     logMoments // written answers that were not truncated
+	truncLens histogram  // truncated answers, censored at their length
+	limit     int64      // longest truncated answer: the max_tokens limit
+	longest   int64      // longest written answer
+	sumTokens float64    // of every written answer, for the plain mean
+
+	completions completionCounter
+	workers     map[string]*worker
+	retired     float64 // tokens of forgotten workers
+
+	fit    lognormal // last tail fit, the next fit's starting point
+	fitted bool
+
+	steady bool // the first wave has turned over; never reset
+}
+
+// New returns an Estimator for a run started (as far as this process is
+// concerned) at start; elapsed times and overall rates count from there.
+func New(cfg Config, start time.Time) *Estimator {
+	cfg = cfg.withDefaults()
+	return &Estimator{
+		cfg:         cfg,
+		start:       start,
+		completions: newCompletionCounter(start, cfg.Window),
+		workers:     make(map[string]*worker),
+	}
+}
+
+// Restore counts an answer written before this process started. It counts
+// in Completed and in the length estimates, not in rates.
+func (e *Estimator) Restore(completionTokens int, truncated bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.addAnswer(completionTokens, truncated)
+}
+
+// RestoreFailed counts a failure recorded before this process started.
+func (e *Estimator) RestoreFailed() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failed++
+}
+
+// Completed counts an answer written at at.
+func (e *Estimator) Completed(at time.Time, completionTokens int, truncated bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.addAnswer(completionTokens, truncated)
+	e.localCompleted++
+	e.completions.add(at)
+}
+
+// Failed counts a prompt given up on at at.
+func (e *Estimator) Failed(at time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failed++
+	e.localFailed++
+}
+
+func (e *Estimator) addAnswer(tokens int, truncated bool) {
+	n := clampLength(int64(tokens))
+	e.completed++
+	e.lengths.add(n)
+	e.sumTokens += float64(n)
+	e.longest = max(e.longest, n)
+	if truncated {
+		e.truncated++
+		e.truncLens.add(n)
+		e.limit = max(e.limit, n)
+	} else {
+		e.exact.add(n)
+	}
+}
+
+// Heartbeat records a worker's heartbeat, dated by hb.Time.
+func (e *Estimator) Heartbeat(hb schema.Heartbeat) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.workers[hb.Worker]
+	if w == nil {
+		w = &worker{}
+		e.workers[hb.Worker] = w
+	}
+	w.observe(hb, max(e.cfg.Window, recentSpan))
+}
+
+// live returns the workers heard from within StaleAfter of now, and
+// forgets workers silent for much longer than any rate looks back.
+func (e *Estimator) live(now time.Time) []*worker {
+	forget := 2*max(e.cfg.Window, e.cfg.StaleAfter) + recentSpan
+	var out []*worker
+	for name, w := range e.workers {
+		silent := now.Sub(w.lastHeard)
+		if silent > forget {
+			e.retired += w.streamed()
+			delete(e.workers, name)
+			continue
+		}
+		if silent <= e.cfg.StaleAfter {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// Snapshot returns the state of the run at now.
+//
+// Completed, Failed and Truncated include restored answers. InFlight and
+// Workers come from the latest heartbeats of live workers (heard from
+// within StaleAfter). RequestsPerSec counts this process's completions
+// over the last Window, or since start when that is shorter;
+// RequestsPerSecOverall since start. TokensPerSec sums, over live workers,
+// the increase of each one's streamed-token counter over the last Window
+// of its own heartbeats (a worker gone stale is not streaming any more, so
+// it drops out); TokensPerSecOverall counts every worker's tokens since
+// start. MeanCompletionTokens is the plain mean of written answers;
+// EstimatedCompletionTokens the censoring-aware mean (see survival), zero
+// until minExact answers have finished. ETASec is described at eta.
+func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	elapsed := now.Sub(e.start).Seconds()
+	if !(elapsed > 0) {
+		elapsed = 0
+	}
+	live := e.live(now)
+	var (
+		inFlight, windows int
+		decoding          int
+		censored          []float64
+		window, recent    spanStats
+		rateWindow        float64 // tokens/s, sum of per-worker rates
+		streamed          = e.retired
+	)
+	for _, w := range e.workers {
+		streamed += w.streamed()
+	}
+	for _, w := range live {
+		inFlight += w.inFlight
+		windows += w.window
+		if n := len(w.samples); n > 0 {
+			decoding += w.samples[n-1].decoding
+		}
+		censored = append(censored, w.inFlightTokens...)
+		ws := w.over(e.cfg.Window)
+		window.add(ws)
+		recent.add(w.over(recentSpan))
+		rateWindow += ws.perSecond()
+	}
+	slices.Sort(censored)
+
+	out := schema.Throughput{
+		Run:        e.cfg.Run,
+		Time:       now,
+		Total:      e.cfg.Total,
+		Completed:  e.completed,
+		Failed:     e.failed,
+		Truncated:  e.truncated,
+		InFlight:   inFlight,
+		Workers:    len(live),
+		ElapsedSec: elapsed,
+	}
+	out.RequestsPerSec = e.completions.rate(now)
+	if elapsed > 0 {
+		out.RequestsPerSecOverall = float64(e.localCompleted) / elapsed
+		out.TokensPerSecOverall = streamed / elapsed
+	}
+	out.TokensPerSec = rateWindow
+	if e.completed > 0 {
+		out.MeanCompletionTokens = e.sumTokens / float64(e.completed)
+	}
+
+	out.Phase = e.phase(inFlight, windows)
+
+	sv := e.survival(censored)
+	if sv != nil {
+		out.EstimatedCompletionTokens = sv.mean()
+	}
+
+	// Per-request decode speed: during ramp-up the batch is still filling
+	// and the last few heartbeats show its speed best; afterwards the
+	// window's average is as current and less noisy.
+	speed := window.speed()
+	if out.Phase == schema.PhaseRampUp {
+		speed = recent.speed()
+	}
+	longest := float64(e.longest)
+	if len(censored) > 0 {
+		longest = max(longest, censored[len(censored)-1])
+	}
+	out.ETASec = eta(etaInput{
+		phase:     out.Phase,
+		remaining: e.cfg.Total - e.completed - e.failed,
+		inFlight:  inFlight,
+		censored:  censored,
+		lengths:   sv,
+		speed:     speed,
+		decoding:  decoding,
+		longest:   longest,
+	})
+	return sanitize(out)
+}
+
+// survival fits the tail and builds the length distribution from the
+// written answers and the in-flight requests (sorted). It returns nil
+// until minExact answers have finished untruncated.
+func (e *Estimator) survival(censored []float64) *survival {
+	if e.exact.n < minExact {
+		return nil
+	}
+	cens := make([]weightedLog, 0, len(censored)+8)
+	for _, c := range censored {
+		if c > 0 { // a request at zero tokens says nothing about its length
+			cens = append(cens, weightedLog{y: math.Log1p(c), w: 1})
+		}
+	}
+	e.truncLens.each(func(mean float64, count int64) {
+		cens = append(cens, weightedLog{y: math.Log1p(mean), w: float64(count)})
+	})
+	fit, ok := fitLognormal(e.exact, cens, e.fit, e.fitted, defaultPrior)
+	if ok {
+		e.fit, e.fitted = fit, true
+	}
+	return buildSurvival(&e.lengths, censored, fit, ok, float64(e.limit), defaultMinRisk)
+}
+
+func (s *spanStats) add(o spanStats) {
+	s.tokens += o.tokens
+	s.seconds += o.seconds
+	s.seqSecs += o.seqSecs
+}
+
+func (s spanStats) perSecond() float64 {
+	if s.seconds <= 0 {
+		return 0
+	}
+	return s.tokens / s.seconds
+}
+
+// speed is tokens per second per decoding request.
+func (s spanStats) speed() float64 {
+	if s.seqSecs <= 0 {
+		return 0
+	}
+	return s.tokens / s.seqSecs
+}
+
+// sanitize replaces values JSON cannot carry (NaN, ±Inf) and negative
+// rates, which no input should produce but which must never be published.
+func sanitize(t schema.Throughput) schema.Throughput {
+	fix := func(v *float64) {
+		if math.IsNaN(*v) || math.IsInf(*v, 0) || *v < 0 {
+			*v = 0
+		}
+	}
+	fix(&t.RequestsPerSec)
+	fix(&t.RequestsPerSecOverall)
+	fix(&t.TokensPerSec)
+	fix(&t.TokensPerSecOverall)
+	fix(&t.MeanCompletionTokens)
+	fix(&t.EstimatedCompletionTokens)
+	fix(&t.ElapsedSec)
+	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) {
+		t.ETASec = -1
+	}
+	return t
+}

@@ -1,0 +1,317 @@
+package throughput
+
+import (
+	"encoding/json"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+// beat is a heartbeat of a worker streaming at a steady rate.
+func beat(worker string, sec float64, tokens int64, inFlight ...int) schema.Heartbeat {
+	return schema.Heartbeat{
+		Run: "r", Worker: worker, Time: at(sec), Window: 4,
+		InFlight: len(inFlight), InFlightTokens: inFlight, TokensStreamed: tokens,
+	}
+}
+
+func TestNoHeartbeatNoETA(t *testing.T) {
+	e := New(Config{Run: "r", Total: 100}, t0)
+	for i := range 30 {
+		e.Completed(at(float64(i)), 1000+10*i, false)
+	}
+	s := e.Snapshot(at(30))
+	if s.ETASec != -1 {
+		t.Errorf("ETA %v without any heartbeat, want -1", s.ETASec)
+	}
+	if s.TokensPerSec != 0 || s.Workers != 0 || s.InFlight != 0 {
+		t.Errorf("rates or workers without heartbeats: %+v", s)
+	}
+	if s.EstimatedCompletionTokens <= 0 || s.RequestsPerSec <= 0 {
+		t.Errorf("completions not counted: %+v", s)
+	}
+}
+
+func TestDoneETAZero(t *testing.T) {
+	e := New(Config{Run: "r", Total: 3}, t0)
+	e.Heartbeat(beat("w", 1, 100, 50))
+	e.Completed(at(2), 100, false)
+	e.Completed(at(3), 200, true)
+	e.Failed(at(4))
+	s := e.Snapshot(at(5))
+	if s.Phase != schema.PhaseDone || s.ETASec != 0 {
+		t.Errorf("phase %s ETA %v, want done and 0", s.Phase, s.ETASec)
+	}
+	if s.Completed != 2 || s.Failed != 1 || s.Truncated != 1 {
+		t.Errorf("counts %d/%d/%d, want 2/1/1", s.Completed, s.Failed, s.Truncated)
+	}
+
+	// An empty run is done from the start.
+	s = New(Config{Total: 0}, t0).Snapshot(t0)
+	if s.Phase != schema.PhaseDone || s.ETASec != 0 {
+		t.Errorf("empty run: phase %s ETA %v", s.Phase, s.ETASec)
+	}
+}
+
+func TestRestore(t *testing.T) {
+	e := New(Config{Run: "r", Total: 10}, t0)
+	for range 5 {
+		e.Restore(100, false)
+	}
+	e.Restore(400, true)
+	e.RestoreFailed()
+	e.RestoreFailed()
+	s := e.Snapshot(at(60))
+	if s.Completed != 6 || s.Failed != 2 || s.Truncated != 1 {
+		t.Errorf("counts %d/%d/%d, want 6/2/1", s.Completed, s.Failed, s.Truncated)
+	}
+	near(t, "mean", s.MeanCompletionTokens, 900.0/6, 1e-9)
+	if s.RequestsPerSec != 0 || s.RequestsPerSecOverall != 0 {
+		t.Errorf("restored answers counted in rates: %v %v", s.RequestsPerSec, s.RequestsPerSecOverall)
+	}
+	if s.Phase != schema.PhaseWaiting {
+		t.Errorf("phase %s before any work in this process, want waiting", s.Phase)
+	}
+	e.Completed(at(61), 100, false)
+	s = e.Snapshot(at(80))
+	if s.Completed != 7 {
+		t.Errorf("completed %d, want 7", s.Completed)
+	}
+	near(t, "overall rate", s.RequestsPerSecOverall, 1.0/80, 1e-9)
+	if s.Phase != schema.PhaseRampUp { // working in this process, nothing turned over yet
+		t.Errorf("phase %s, want ramp-up", s.Phase)
+	}
+}
+
+func TestStaleWorkerDropsOut(t *testing.T) {
+	e := New(Config{Run: "r", Total: 1000, StaleAfter: 10 * time.Second}, t0)
+	for sec := 0.0; sec <= 30; sec += 2 {
+		e.Heartbeat(beat("a", sec, int64(100*sec), 1, 2))
+		if sec <= 10 {
+			e.Heartbeat(beat("b", sec, int64(50*sec), 3, 4, 5))
+		}
+	}
+	s := e.Snapshot(at(18)) // b last heard at 10: 8 s ago
+	if s.Workers != 2 || s.InFlight != 5 {
+		t.Errorf("workers %d in flight %d at 18 s, want 2 and 5", s.Workers, s.InFlight)
+	}
+	s = e.Snapshot(at(30)) // b silent for 20 s
+	if s.Workers != 1 || s.InFlight != 2 {
+		t.Errorf("workers %d in flight %d, want 1 and 2", s.Workers, s.InFlight)
+	}
+	near(t, "tokens/s of the live worker", s.TokensPerSec, 100, 1e-9)
+	near(t, "overall tokens/s", s.TokensPerSecOverall, (3000+500)/30.0, 1e-9)
+
+	e2 := New(Config{Run: "r", Total: 1000}, t0)
+	e2.Heartbeat(beat("a", 0, 0, 1))
+	e2.Heartbeat(beat("a", 2, 100, 1))
+	if s := e2.Snapshot(at(11.9)); s.Workers != 1 {
+		t.Errorf("worker silent for 9.9 s dropped (default StaleAfter is 10 s)")
+	}
+	if s := e2.Snapshot(at(12.1)); s.Workers != 0 || s.InFlight != 0 || s.TokensPerSec != 0 {
+		t.Errorf("worker silent for 10.1 s still live: %+v", s)
+	}
+}
+
+func TestCounterResetAndNewWorker(t *testing.T) {
+	e := New(Config{Run: "r", Total: 1000}, t0)
+	var tokens int64
+	for sec := 0.0; sec <= 120; sec += 2 {
+		switch sec {
+		case 60:
+			tokens = 150 // restarted under the same name, streamed 150 since
+		default:
+			tokens += 200
+		}
+		e.Heartbeat(beat("a", sec, tokens, 10))
+		if sec == 70 {
+			// A worker that ran long before this process started.
+			e.Heartbeat(beat("old", sec, 5_000_000_000, 10))
+		}
+		if sec > 70 {
+			e.Heartbeat(beat("old", sec, 5_000_000_000+int64(sec-70)*100, 10))
+		}
+		if sec == 0 {
+			continue
+		}
+		s := e.Snapshot(at(sec + 0.5))
+		// a streams 100 tokens/s, old too from 70 s on. A reset or a
+		// newcomer may cost one interval's tokens, never more.
+		want := 100.0
+		if sec > 70 {
+			want = 200
+		}
+		if s.TokensPerSec < 0.9*want || s.TokensPerSec > want+1 {
+			t.Fatalf("at %v s: tokens/s %.1f, want about %.0f", sec, s.TokensPerSec, want)
+		}
+		if s.TokensPerSecOverall < 0 || s.TokensPerSecOverall > want+1 {
+			t.Fatalf("at %v s: overall tokens/s %.1f", sec, s.TokensPerSecOverall)
+		}
+	}
+	s := e.Snapshot(at(120.5))
+	near(t, "tokens/s after the reset", s.TokensPerSec, 200, 1e-9)
+}
+
+func TestRatesEarlyAndLate(t *testing.T) {
+	e := New(Config{Run: "r", Total: 10000}, t0)
+	for sec := 0.0; sec <= 300; sec++ {
+		if sec <= 200 {
+			e.Completed(at(sec+0.5), 1000, false)
+		}
+		if sec == 100 {
+			// A clock that jumps a day ahead and back must not spoil the
+			// window for the rest of the run.
+			e.Completed(at(86400), 1000, false)
+			e.Snapshot(at(86400))
+		}
+		if int(sec)%2 == 0 {
+			e.Heartbeat(beat("w", sec, int64(sec*40), 1, 2, 3))
+		}
+		switch sec {
+		case 30:
+			s := e.Snapshot(at(30.9))
+			near(t, "req/s since start", s.RequestsPerSec, 31/30.9, 0.05)
+			near(t, "tokens/s since start", s.TokensPerSec, 40, 1e-9)
+		case 150:
+			s := e.Snapshot(at(150.9))
+			near(t, "req/s over the window", s.RequestsPerSec, 1, 0.05)
+		case 290:
+			s := e.Snapshot(at(290.9))
+			if s.RequestsPerSec != 0 {
+				t.Errorf("req/s %v a minute and a half after the last completion", s.RequestsPerSec)
+			}
+			near(t, "overall req/s", s.RequestsPerSecOverall, 202/290.9, 1e-9)
+		}
+	}
+}
+
+func TestPhasesByRule(t *testing.T) {
+	e := New(Config{Run: "r", Total: 10}, t0)
+	want := func(sec float64, p schema.Phase) {
+		t.Helper()
+		if s := e.Snapshot(at(sec)); s.Phase != p {
+			t.Errorf("at %v s: phase %s, want %s", sec, s.Phase, p)
+		}
+	}
+	want(0, schema.PhaseWaiting)
+	e.Heartbeat(beat("w", 1, 0, 0, 0, 0, 0)) // window 4, 4 in flight
+	want(1, schema.PhaseRampUp)
+	for i := range 3 {
+		e.Completed(at(2+float64(i)), 100, false)
+	}
+	want(5, schema.PhaseRampUp) // 3 of a window of 4 turned over
+	e.Completed(at(5), 100, false)
+	want(6, schema.PhaseSteady)
+	e.Heartbeat(beat("w", 7, 1000, 10, 10, 10, 10)) // 4 done + 4 in flight of 10
+	want(7, schema.PhaseSteady)
+	e.Completed(at(8), 100, false)
+	e.Failed(at(8))
+	want(8, schema.PhaseDraining) // 5 done, 1 failed, 4 in flight
+	for range 4 {
+		e.Completed(at(9), 100, false)
+	}
+	want(9, schema.PhaseDone)
+}
+
+func TestOddInputs(t *testing.T) {
+	e := New(Config{Run: "r", Total: -5, Window: -1, StaleAfter: -1}, t0)
+	e2 := New(Config{Run: "r", Total: 50}, t0)
+	for _, e := range []*Estimator{e, e2} {
+		e.Completed(at(-100), -50, false)       // before start, negative length
+		e.Completed(at(1e6), math.MaxInt, true) // far future, huge
+		e.Failed(time.Time{})
+		e.Restore(-1, true)
+		e.Heartbeat(schema.Heartbeat{Worker: "", Time: at(5), TokensStreamed: -10, InFlight: -3, Window: -2, InFlightTokens: []int{-5, 0, math.MaxInt}})
+		e.Heartbeat(schema.Heartbeat{Worker: "", Time: at(3), TokensStreamed: 1 << 62}) // older: ignored
+		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(6), InFlight: 5})            // no per-request detail
+		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(6)})                         // same time: ignored
+		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(8), TokensStreamed: 1 << 62, InFlight: 5})
+		for i := range 20 {
+			e.Completed(at(float64(10-i)), i*1000, i%3 == 0) // time going backwards
+		}
+		for _, sec := range []float64{-10, 0, 7, 4, 1e9, 9} { // and snapshots too
+			s := e.Snapshot(at(sec))
+			if _, err := json.Marshal(s); err != nil {
+				t.Fatalf("snapshot at %v s does not marshal: %v (%+v)", sec, err, s)
+			}
+			for _, v := range []float64{s.RequestsPerSec, s.RequestsPerSecOverall, s.TokensPerSec, s.TokensPerSecOverall, s.MeanCompletionTokens, s.EstimatedCompletionTokens, s.ElapsedSec} {
+				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+					t.Fatalf("snapshot at %v s has a bad value: %+v", sec, s)
+				}
+			}
+			if s.ETASec < 0 && s.ETASec != -1 {
+				t.Fatalf("ETA %v", s.ETASec)
+			}
+		}
+	}
+	if s := e.Snapshot(at(10)); s.Phase != schema.PhaseDone || s.Total != 0 {
+		t.Errorf("negative total: phase %s total %d", s.Phase, s.Total)
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	e := New(Config{Run: "r", Total: 100000}, t0)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				sec := float64(i)
+				switch g {
+				case 0:
+					e.Completed(at(sec), 500+i, false)
+				case 1:
+					e.Heartbeat(beat("w", sec, int64(i*100), i%50, i%70))
+				case 2:
+					e.Failed(at(sec))
+				default:
+					e.Snapshot(at(sec))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s := e.Snapshot(at(500)); s.Completed != 500 || s.Failed != 500 {
+		t.Errorf("counts %d/%d after concurrent use, want 500/500", s.Completed, s.Failed)
+	}
+}
+
+// During ramp-up the ETA follows the decode speed of the last few
+// heartbeats: here requests decode at 30 tokens/s while the batch is small
+// and 20 once it is full, and the ETA must be the one for 20 tokens/s.
+func TestRampUpUsesRecentSpeed(t *testing.T) {
+	run := func(fastStart bool) float64 {
+		e := New(Config{Run: "r", Total: 1000}, t0)
+		for i := range 12 {
+			e.Completed(at(float64(10+4*i)), 100+50*i, false)
+		}
+		var tokens int64
+		for sec := 0.0; sec <= 60; sec += 2 {
+			inFlight := make([]int, 100)
+			for i := range inFlight {
+				inFlight[i] = int(20 * sec) // the same progress in both runs
+			}
+			e.Heartbeat(schema.Heartbeat{Worker: "w", Time: at(sec), Window: 100, InFlight: 100, InFlightTokens: inFlight, TokensStreamed: tokens})
+			perSeq := 20.0
+			if fastStart && sec < 40 {
+				perSeq = 30
+			}
+			tokens += int64(2 * perSeq * 100)
+		}
+		s := e.Snapshot(at(60.5))
+		if s.Phase != schema.PhaseRampUp || s.ETASec <= 0 {
+			t.Fatalf("phase %s ETA %v", s.Phase, s.ETASec)
+		}
+		return s.ETASec
+	}
+	fast, steady := run(true), run(false)
+	if r := fast / steady; r < 0.98 || r > 1.02 {
+		t.Errorf("ETA %.0f s after a fast start, %.0f s without: the early speed still counts", fast, steady)
+	}
+}

@@ -1,0 +1,194 @@
+package throughput
+
+import (
+	"math"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// etaGrid is the number of points of the numeric integrals over answer
+// lengths (log-spaced, about 5% apart across six decades): fine enough
+// that the integration error stays under a percent of the drain time.
+const etaGrid = 256
+
+// etaInput is what the ETA is computed from.
+type etaInput struct {
+	phase     schema.Phase
+	remaining int       // prompts neither completed nor failed
+	inFlight  int       // prompts held by live workers
+	censored  []float64 // tokens streamed by each listed in-flight request, ascending
+	lengths   *survival // nil when not yet estimated
+	speed     float64   // tokens/s of one decoding request
+	decoding  int       // requests streaming tokens now
+	longest   float64   // longest answer length seen, finished or in flight
+}
+
+// eta returns the estimated seconds to the end of the run: 0 when done,
+// -1 when there is no length estimate or no token rate yet.
+//
+// While prompts are still waiting to be handed out, the run is modelled as
+// a batch that stays full until the last prompt is handed out and then
+// empties:
+//
+//	ETA = remaining tokens / token rate + drain
+//
+// Remaining tokens are the expected length of every prompt not yet started
+// plus, for each in-flight request, its expected remaining length given
+// how far it has got, E[L − c | L > c] (larger than mean − c: a request
+// that is already long is likely to be a long one). The token rate is the
+// per-request decode speed times the number of requests decoding now,
+// which equals TokensPerSec in steady state but, during ramp-up, is the
+// rate the full batch is about to reach rather than a minute's average of
+// a rate still climbing. With the batch full, this first term agrees with
+// remaining prompts / RequestsPerSec up to the noise of counting
+// completions; it is the one reported because it is also right in the
+// first minutes, when counting completions is not.
+//
+// drain is what an average-rate view misses at the end: once nothing is
+// left to hand out, slots go idle one by one and the run ends with its
+// longest remaining answer, not when the average one would. With n
+// requests in flight when the last prompt goes out, their remaining
+// lengths are those seen at a random moment in a slot's life (density
+// P(L > r)/E[L]), so drain = (E[max of n of them] − E[one of them]) /
+// per-request speed. The longest of n depends on the far tail, which no
+// data shows until long answers have finished, so here the distribution
+// is cut at the longest length seen so far (finished or in flight) rather
+// than extrapolated: a fitted tail puts lengths far beyond any max_tokens
+// limit and overstated the drain by a factor of two or more in
+// simulation. Early in a run the drain is therefore underestimated (by
+// about a sixth of the remaining time in the synthetic run at one
+// minute), which shrinks as the longest answers appear; once an answer
+// has been truncated, its length is the max_tokens limit and bounds the
+// tail exactly.
+//
+// When nothing is left to hand out (draining) the ETA is the expected
+// longest remaining time among the requests in flight, each from its own
+// progress. Shortly before that, the larger of the two is reported.
+// Per-request decode speed is assumed constant; real servers decode
+// faster as the batch empties, so the last minutes err long.
+func eta(in etaInput) float64 {
+	if in.phase == schema.PhaseDone {
+		return 0
+	}
+	sv := in.lengths
+	rate := in.speed * float64(in.decoding)
+	if sv == nil || !(rate > 0) {
+		return -1
+	}
+	mean := sv.mean()
+	if !(mean > 0) {
+		return -1
+	}
+	remaining := max(in.remaining, 0)
+	unlisted := max(in.inFlight-len(in.censored), 0) // in flight, not reported: just started
+	held := max(in.inFlight, len(in.censored))
+	n := max(held, 1)
+	queued := max(remaining-held, 0)
+	if queued == 0 {
+		return lastFinish(sv, in.censored, unlisted) / in.speed
+	}
+	work := float64(queued+unlisted) * mean
+	for _, c := range in.censored {
+		work += sv.residual(c)
+	}
+	t := work/rate + drainPenalty(sv.within(in.longest), n)/in.speed
+	if queued < n {
+		t = max(t, lastFinish(sv, in.censored, unlisted)/in.speed)
+	}
+	return t
+}
+
+// grid returns etaGrid points from 0 to hi, log-spaced above 1 token.
+func grid(hi float64) []float64 {
+	pts := make([]float64, 0, etaGrid+1)
+	pts = append(pts, 0)
+	if !(hi > 1) {
+		return append(pts, math.Max(hi, 0))
+	}
+	step := math.Pow(hi, 1/float64(etaGrid-1))
+	v := 1.0
+	for range etaGrid {
+		pts = append(pts, math.Min(v, hi))
+		v *= step
+	}
+	return pts
+}
+
+// integrate applies the trapezoid rule to f over pts.
+func integrate(pts []float64, f func(float64) float64) float64 {
+	sum := 0.0
+	prev := f(pts[0])
+	for i := 1; i < len(pts); i++ {
+		cur := f(pts[i])
+		sum += (pts[i] - pts[i-1]) * (prev + cur) / 2
+		prev = cur
+	}
+	return sum
+}
+
+// drainPenalty returns, in tokens of one request, how much longer the
+// longest of n residual answers is than an average one, for residuals
+// drawn from the equilibrium distribution P(R > r) = ∫_r^∞ P(L > u) du / E[L].
+func drainPenalty(sv *survival, n int) float64 {
+	mean := sv.mean()
+	if n <= 1 || !(mean > 0) {
+		return 0
+	}
+	pts := grid(sv.farEnd())
+	tail := func(r float64) float64 { return math.Min(sv.from(r)/mean, 1) }
+	one := integrate(pts, tail)
+	longest := integrate(pts, func(r float64) float64 {
+		return -math.Expm1(float64(n) * math.Log1p(-tail(r)))
+	})
+	return math.Max(longest-one, 0)
+}
+
+// lastFinish returns, in tokens of one request, the expected longest
+// remaining length among requests that have streamed censored[i] tokens
+// (ascending) and unlisted requests that have streamed none:
+// ∫ 1 − Π_i P(R_i <= r) dr with P(R_i > r) = P(L > c_i + r) / P(L > c_i).
+func lastFinish(sv *survival, censored []float64, unlisted int) float64 {
+	type group struct {
+		c, k, s float64
+	}
+	var groups []group
+	if unlisted > 0 {
+		groups = append(groups, group{0, float64(unlisted), sv.at(0)})
+	}
+	for i := 0; i < len(censored); {
+		j := i
+		for j < len(censored) && censored[j] == censored[i] {
+			j++
+		}
+		if s := sv.at(censored[i]); s > 0 {
+			groups = append(groups, group{censored[i], float64(j - i), s})
+		}
+		i = j
+	}
+	if len(groups) == 0 {
+		return 0
+	}
+	pts := grid(sv.farEnd())
+	// Residuals only shrink in probability as r grows, so a group that is
+	// certainly done by r stays done: drop it from later points. Once some
+	// request is all but certain to run longer than r the integrand is 1
+	// to double precision and the rest need not be looked at.
+	return integrate(pts, func(r float64) float64 {
+		logAllDone := 0.0
+		live := groups[:0]
+		for i, g := range groups {
+			p := math.Min(sv.at(g.c+r)/g.s, 1)
+			if p <= 0 {
+				continue
+			}
+			live = append(live, g)
+			logAllDone += g.k * math.Log1p(-p)
+			if logAllDone < -40 {
+				live = append(live, groups[i+1:]...)
+				break
+			}
+		}
+		groups = live
+		return -math.Expm1(logAllDone)
+	})
+}
