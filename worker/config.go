@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Defaults for Config.
+const (
+	// DefaultWindow matches the client concurrency that keeps a vLLM server
+	// with max-num-seqs 256 busy without a deep queue in front of it.
+	DefaultWindow = 200
+	// DefaultGrace is how long a stopping worker lets in-flight prompts
+	// finish before handing them back.
+	DefaultGrace = 30 * time.Second
+	// DefaultHeartbeat is the heartbeat period.
+	DefaultHeartbeat = 2 * time.Second
+	// DefaultPullWait bounds one pull request; it is also the longest a
+	// stopping worker waits for an open pull to end.
+	DefaultPullWait = 2 * time.Second
+	// DefaultRetryBase and DefaultRetryMax bound the delay before a prompt
+	// that failed transiently is delivered again: base x 2^(attempt-1),
+	// capped, with ±50% jitter so that a burst of failures does not come
+	// back as a burst.
+	DefaultRetryBase = 5 * time.Second
+	DefaultRetryMax  = 5 * time.Minute
+)
+
+// Config configures a worker. Zero fields take the defaults above.
+type Config struct {
+	// Run is the run to work on; required.
+	Run string
+	// Name identifies the worker in heartbeats and results. Empty means
+	// "<host>-<random>", unique per process, so that a restarted worker
+	// starts a new heartbeat series.
+	Name string
+	// Window is the exact maximum number of prompts delivered to this
+	// worker and not yet acknowledged.
+	Window int
+	// Grace is how long in-flight prompts may take to finish once the
+	// worker is asked to stop; the rest are handed back (NAK).
+	Grace time.Duration
+	// Heartbeat is the heartbeat period.
+	Heartbeat time.Duration
+	// PullWait bounds one pull request.
+	PullWait time.Duration
+	// RetryBase and RetryMax shape the delay of a transient retry.
+	RetryBase, RetryMax time.Duration
+	// Provision is used if the run's consumer does not exist yet.
+	Provision provision.Options
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = schema.SafeToken(host) + "-" + uuid.NewString()[:8]
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.PullWait == 0 {
+		c.PullWait = DefaultPullWait
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first configuration problem.
+func (c Config) Validate() error {
+	if err := schema.ValidateRun(c.Run); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if c.Name != "" && schema.SafeToken(c.Name) != c.Name {
+		return fmt.Errorf("worker: name %q may only hold letters, digits, '-' and '_' (it is part of the heartbeat subject)", c.Name)
+	}
+	if c.Window < 0 {
+		return fmt.Errorf("worker: window must be positive, got %d", c.Window)
+	}
+	if c.Grace < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 {
+		return errors.New("worker: durations must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeLLM is an OpenAI-compatible test server that streams a fixed answer
+// and records what it was asked.
+type fakeLLM struct {
+	// hold, if not nil, keeps every request waiting until it is closed
+	// (or the client goes away).
+	hold chan struct{}
+	// status, if set, gives the HTTP status of the n-th request (from 1)
+	// for a prompt; 200 streams an answer.
+	status func(prompt string, n int) int
+	// duration spreads the answer's tokens over this long.
+	duration time.Duration
+
+	mu          sync.Mutex
+	inFlight    int
+	maxInFlight int
+	requests    map[string]int
+}
+
+func newFakeLLM(t *testing.T, f *fakeLLM) (*fakeLLM, string) {
+	f.requests = map[string]int{}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	return f, srv.URL
+}
+
+func (f *fakeLLM) snapshot() (inFlight, maxInFlight int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inFlight, f.maxInFlight
+}
+
+func (f *fakeLLM) count(prompt string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[prompt]
+}
+
+func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request","type":"BadRequestError","code":400}}`, 400)
+		return
+	}
+	prompt := req.Messages[len(req.Messages)-1].Content
+	f.mu.Lock()
+	f.requests[prompt]++
+	n := f.requests[prompt]
+	f.inFlight++
+	f.maxInFlight = max(f.maxInFlight, f.inFlight)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inFlight--
+		f.mu.Unlock()
+	}()
+
+	if f.hold != nil {
+		select {
+		case <-f.hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f.status != nil {
+		if s := f.status(prompt, n); s != 200 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(s)
+			fmt.Fprintf(w, `{"error":{"message":"status %d for test","type":"TestError","code":%d}}`, s, s)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	send := func(v string) {
+		fmt.Fprintf(w, "data: %s\n\n", v)
+		fl.Flush()
+	}
+	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+	tokens := 0
+	steps := 1
+	if f.duration > 0 {
+		steps = int(f.duration / (50 * time.Millisecond))
+	}
+	for i := range steps {
+		if i > 0 {
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		tokens++
+		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}}]}`)
+	}
+	tokens++
+	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"content":"answer to ` + prompt + `"},"finish_reason":"stop"}]}`)
+	send(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, tokens, tokens+5))
+	send("[DONE]")
+}

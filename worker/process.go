@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// process handles one delivered prompt from decode to acknowledgement.
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream message: nothing to acknowledge.
+		w.log.Error("message without JetStream metadata", "subject", msg.Subject(), "err", err)
+		return
+	}
+	attempt := int(meta.NumDelivered)
+	p, err := decodePrompt(msg)
+	if err != nil {
+		w.settle(ctx, msg, attempt, nil, nil, poison(err))
+		return
+	}
+
+	f := &flight{}
+	w.inFlight.Store(meta.Sequence.Stream, f)
+	defer w.inFlight.Delete(meta.Sequence.Stream)
+
+	stopProgress := w.progressAcks(msg)
+	comp, err := w.backend.ChatStream(ctx, w.request(p), func(n int) {
+		f.tokens.Add(int64(n))
+		w.tokens.Add(int64(n))
+	})
+	stopProgress()
+	w.settle(ctx, msg, attempt, p, comp, err)
+}
+
+func decodePrompt(msg jetstream.Msg) (*schema.Prompt, error) {
+	if err := schema.CheckSchemaHeader(schema.KindPrompt, msg.Headers().Get(schema.HeaderSchema)); err != nil {
+		return nil, err
+	}
+	return schema.DecodePrompt(msg.Data())
+}
+
+func (w *Worker) request(p *schema.Prompt) openai.ChatRequest {
+	msgs := make([]openai.Message, len(p.Messages))
+	for i, m := range p.Messages {
+		msgs[i] = openai.Message{Role: m.Role, Content: m.Content}
+	}
+	return openai.ChatRequest{
+		Model:       w.manifest.Model,
+		Messages:    msgs,
+		MaxTokens:   w.manifest.Params.MaxTokens,
+		Temperature: w.manifest.Params.Temperature,
+		TopP:        w.manifest.Params.TopP,
+	}
+}
+
+// progressAcks tells JetStream every AckWait/3 that msg is still being
+// worked on, so that an answer that takes longer than AckWait (a reasoning
+// answer can take 20 minutes) is not delivered to a second worker. The
+// returned function stops it.
+func (w *Worker) progressAcks(msg jetstream.Msg) (stop func()) {
+	every := w.ackWait / 3
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					w.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// poisonError marks a prompt message that cannot be decoded.
+type poisonError struct{ err error }
+
+func (e *poisonError) Error() string { return "undecodable prompt message: " + e.err.Error() }
+func (e *poisonError) Unwrap() error { return e.err }
+
+func poison(err error) error { return &poisonError{err: err} }
+
+func isPoison(err error) bool {
+	var p *poisonError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// publishBudget bounds how long a worker keeps trying to store one result
+// or dead letter, even while stopping: an answer that took minutes of GPU
+// time is worth a few more seconds.
+const publishBudget = time.Minute
+
+func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, c *openai.Completion) error {
+	r := &schema.Result{
+		Run: w.cfg.Run, ID: p.ID, Messages: p.Messages,
+		Model: w.manifest.Model, Params: w.manifest.Params,
+		Reasoning: c.Reasoning, Content: c.Content, FinishReason: c.FinishReason,
+		PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens,
+		Worker: w.cfg.Name, Attempts: attempt,
+		TTFTMillis: c.TTFT.Milliseconds(), LatencyMs: c.Latency.Milliseconds(),
+		FinishedAt: time.Now().UTC(),
+	}
+	if c.Model != "" {
+		r.Model = c.Model
+	}
+	data, err := schema.EncodeResult(r)
+	if err != nil {
+		return err
+	}
+	out := w.message(schema.ResultSubject(w.cfg.Run, p.ID), schema.KindResult, p.ID, data)
+	return w.store(ctx, out)
+}
+
+func (w *Worker) publishDeadLetter(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, reason string, cause error) error {
+	d := &schema.DeadLetter{
+		Run: w.cfg.Run, Reason: reason, Attempts: attempt, Worker: w.cfg.Name,
+		Error: cause.Error(), FailedAt: time.Now().UTC(),
+	}
+	var apiErr *openai.APIError
+	if errors.As(cause, &apiErr) {
+		d.Status = apiErr.Status
+		d.Body = bounded(apiErr.Body, schema.MaxErrorBody)
+	}
+	subject := msg.Subject()
+	if p != nil {
+		d.ID, d.Messages = p.ID, p.Messages
+		subject = schema.DeadSubject(w.cfg.Run, p.ID)
+	} else {
+		// An undecodable prompt: keep what identifies it, and the subject
+		// token, which is all that is certain.
+		d.ID = msg.Headers().Get(schema.HeaderPromptID)
+		d.Body = bounded(string(msg.Data()), schema.MaxErrorBody)
+		subject = schema.DeadRoot + "." + w.cfg.Run + "." + lastToken(msg.Subject())
+	}
+	data, err := schema.EncodeDeadLetter(d)
+	if err != nil {
+		return err
+	}
+	out := w.message(subject, schema.KindDeadLetter, d.ID, data)
+	out.Header.Set(schema.HeaderReason, reason)
+	return w.store(ctx, out)
+}
+
+func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = data
+	m.Header.Set(schema.HeaderMsgID, w.cfg.Run+"/"+lastToken(subject))
+	if id != "" {
+		m.Header.Set(schema.HeaderPromptID, id)
+	}
+	m.Header.Set(schema.HeaderRun, w.cfg.Run)
+	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(kind))
+	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	m.Header.Set(schema.HeaderWorker, w.cfg.Name)
+	return m
+}
+
+// store publishes m to a once-per-subject stream and waits for the
+// server's acknowledgement, retrying transient failures with the same
+// message id. A subject that already holds a message counts as stored: a
+// prompt delivered twice has its first answer kept.
+func (w *Worker) store(ctx context.Context, m *nats.Msg) error {
+	deadline := time.Now().Add(publishBudget)
+	for i := 1; ; i++ {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+		cancel()
+		if err == nil || provision.IsAlreadyStored(err) {
+			return nil
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return fmt.Errorf("publish %s: %d bytes is over the server's max_payload (%d bytes): raise max_payload in the NATS server configuration: %w",
+				m.Subject, len(m.Data), w.nc.MaxPayload(), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("publish %s: gave up after %d attempts: %w", m.Subject, i, err)
+		}
+		w.log.Warn("publish failed; retrying", "subject", m.Subject, "attempt", i, "err", err)
+		time.Sleep(retryDelay(i, 200*time.Millisecond, 5*time.Second))
+	}
+}
+
+func lastToken(subject string) string {
+	for i := len(subject) - 1; i >= 0; i-- {
+		if subject[i] == '.' {
+			return subject[i+1:]
+		}
+	}
+	return subject
+}
+
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,231 @@
+// Package worker pulls a run's prompts from JetStream, sends each to an
+// OpenAI-compatible backend (vLLM beside it on the GPU host) and publishes
+// the answers. Every outcome of a prompt ends in exactly one
+// acknowledgement call, chosen in one switch (outcome.go).
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Backend is what a worker needs of an LLM server. *openai.Client
+// implements it.
+type Backend interface {
+	ChatStream(ctx context.Context, req openai.ChatRequest, progress openai.Progress) (*openai.Completion, error)
+}
+
+var _ Backend = (*openai.Client)(nil)
+
+// Worker processes the prompts of one run.
+type Worker struct {
+	cfg     Config
+	js      jetstream.JetStream
+	nc      *nats.Conn
+	backend Backend
+	log     *slog.Logger
+
+	// Set by Run before any prompt is processed.
+	manifest   *schema.Manifest
+	ackWait    time.Duration
+	maxDeliver int
+
+	slots    chan struct{} // one token per free window slot
+	inFlight sync.Map      // *flight by stream sequence
+
+	tokens       atomic.Int64
+	completed    atomic.Int64
+	deadLettered atomic.Int64
+	retried      atomic.Int64
+	held         atomic.Int64 // messages delivered and not yet settled
+	maxHeld      atomic.Int64
+	paused       atomic.Pointer[string]
+}
+
+// flight is one prompt being processed.
+type flight struct {
+	tokens atomic.Int64
+}
+
+// New returns a worker; js must be connected and backend ready.
+func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if js == nil || backend == nil {
+		return nil, errors.New("worker: a JetStream context and a backend are required")
+	}
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		cfg:     cfg,
+		js:      js,
+		nc:      js.Conn(),
+		backend: backend,
+		log:     cfg.Logger.With("worker", cfg.Name, "run", cfg.Run),
+		slots:   make(chan struct{}, cfg.Window),
+	}
+	for range cfg.Window {
+		w.slots <- struct{}{}
+	}
+	return w, nil
+}
+
+// Name is the worker's name in heartbeats and results.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Stats is a snapshot of a worker's counters.
+type Stats struct {
+	InFlight, MaxInFlight                          int
+	TokensStreamed, Completed, DeadLettered, Retry int64
+}
+
+// Stats returns the worker's counters. MaxInFlight is the most prompts
+// this worker has held at once: never more than its window.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		InFlight: int(w.held.Load()), MaxInFlight: int(w.maxHeld.Load()),
+		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
+		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
+	}
+}
+
+// Run processes prompts until ctx ends, then stops pulling, lets in-flight
+// prompts finish for up to Config.Grace, hands back the rest and returns
+// nil. It returns an error only if it cannot start.
+func (w *Worker) Run(ctx context.Context) error {
+	m, err := waitManifest(ctx, w.js, w.cfg.Run, w.log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	w.manifest = m
+	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker %s: %w", w.cfg.Name, err)
+	}
+	cc := cons.CachedInfo().Config
+	w.ackWait, w.maxDeliver = cc.AckWait, cc.MaxDeliver
+	if cc.MaxAckPending > 0 && cc.MaxAckPending < w.cfg.Window {
+		w.log.Warn("consumer MaxAckPending is below this worker's window; the window cannot fill",
+			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window)
+	}
+	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window,
+		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
+
+	// work ends Config.Grace after ctx: in-flight requests are then
+	// cancelled and their prompts handed back.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	hbDone := make(chan struct{})
+	go func() { defer close(hbDone); w.heartbeats(work) }()
+
+	var wg sync.WaitGroup
+	w.pull(ctx, cons, &wg, work)
+
+	reason := "stopping"
+	w.paused.Store(&reason)
+	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", w.held.Load(), "grace", w.cfg.Grace)
+	idle := make(chan struct{})
+	go func() { wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-time.After(w.cfg.Grace):
+		w.log.Warn("grace period over: handing back unfinished prompts", "in_flight", w.held.Load())
+		stopWork()
+		<-idle
+	}
+	stopWork()
+	<-hbDone
+	w.publishHeartbeat() // the final counters
+	s := w.Stats()
+	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry, "tokens", s.TokensStreamed)
+	return nil
+}
+
+// pull fetches prompts while ctx lasts. A window slot is taken before the
+// server is asked for a message, and each pull asks for exactly as many
+// messages as there are free slots, so the prompts delivered to this worker
+// and not settled never exceed the window, counting those in transit.
+// (Consume and Messages prefetch, which would break that.)
+func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.WaitGroup, work context.Context) {
+	var failures int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.slots:
+		}
+		n := 1
+	grab:
+		for n < w.cfg.Window {
+			select {
+			case <-w.slots:
+				n++
+			default:
+				break grab
+			}
+		}
+		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				w.hold()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer w.release()
+					w.process(work, msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		for range n - got {
+			w.slots <- struct{}{}
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+			failures++
+			d := retryDelay(failures, 100*time.Millisecond, 5*time.Second)
+			w.log.Warn("pull failed; retrying", "err", err, "in", d)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+			continue
+		}
+		failures = 0
+	}
+}
+
+func (w *Worker) hold() {
+	n := w.held.Add(1)
+	for {
+		m := w.maxHeld.Load()
+		if n <= m || w.maxHeld.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (w *Worker) release() {
+	w.held.Add(-1)
+	w.slots <- struct{}{}
+}

@@ -1,0 +1,386 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
+type bundle struct {
+	srv *broker.Server
+	js  jetstream.JetStream
+	run string
+}
+
+func setup(t *testing.T, prompts int, opts provision.Options) *bundle {
+	t.Helper()
+	srv, _, js := brokertest.Provisioned(t)
+	b := &bundle{srv: srv, js: js, run: "test"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := provision.WorkersConsumer(ctx, js, b.run, opts); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Queue(t, js, schema.Manifest{Run: b.run}, brokertest.Prompts(prompts))
+	return b
+}
+
+// start runs a worker against backendURL until the test ends or stop is
+// called; stop waits for Run to return.
+func (b *bundle) start(t *testing.T, cfg worker.Config, backendURL string) (w *worker.Worker, stop func()) {
+	t.Helper()
+	client, err := openai.New(openai.Config{BaseURL: backendURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Run = b.run
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	if cfg.PullWait == 0 {
+		cfg.PullWait = 200 * time.Millisecond
+	}
+	if cfg.RetryBase == 0 {
+		cfg.RetryBase = 50 * time.Millisecond
+	}
+	w, err = worker.New(cfg, b.js, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("worker Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("worker did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return w, stop
+}
+
+func (b *bundle) consumer(t *testing.T) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := b.js.Consumer(ctx, schema.PromptsStream, schema.WorkersConsumer(b.run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// results returns the stored results of the run by prompt id.
+func (b *bundle) results(t *testing.T) map[string]*schema.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*schema.Result{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		r, err := schema.DecodeResult(m.Data)
+		if err != nil {
+			t.Fatalf("result %d: %v", seq, err)
+		}
+		if _, dup := out[r.ID]; dup {
+			t.Fatalf("two results for %s", r.ID)
+		}
+		out[r.ID] = r
+	}
+	return out
+}
+
+func (b *bundle) resultCount(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(info.State.Msgs)
+}
+
+// The window is exact: two workers with a window of 20 never hold more
+// than 20 prompts each, and the consumer never has more than 40 pending,
+// counting prompts delivered but not yet handed to the backend.
+func TestWindowIsExact(t *testing.T) {
+	const n, window = 300, 20
+	b := setup(t, n, provision.Options{})
+	hold := make(chan struct{})
+	f1, url1 := newFakeLLM(t, &fakeLLM{hold: hold})
+	f2, url2 := newFakeLLM(t, &fakeLLM{hold: hold})
+
+	var maxPending atomic.Int64
+	sampling, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampling.Err() == nil {
+			p := int64(b.consumer(t).NumAckPending)
+			if p > maxPending.Load() {
+				maxPending.Store(p)
+			}
+		}
+	}()
+
+	w1, _ := b.start(t, worker.Config{Window: window, PullWait: 200 * time.Millisecond}, url1)
+	w2, _ := b.start(t, worker.Config{Window: window, PullWait: 200 * time.Millisecond}, url2)
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		a, _ := f1.snapshot()
+		c, _ := f2.snapshot()
+		return a == window && c == window
+	}, "both backends to hold %d requests", window)
+	if p := b.consumer(t).NumAckPending; p != 2*window {
+		t.Errorf("consumer ack pending = %d with both windows full, want %d", p, 2*window)
+	}
+	close(hold)
+	brokertest.Eventually(t, 60*time.Second, func() bool { return b.resultCount(t) == n }, "all %d results", n)
+	stopSampling()
+	<-sampled
+
+	if got := maxPending.Load(); got > 2*window {
+		t.Errorf("consumer ack pending reached %d, more than 2 x window = %d", got, 2*window)
+	}
+	for i, w := range []*worker.Worker{w1, w2} {
+		if m := w.Stats().MaxInFlight; m > window {
+			t.Errorf("worker %d held %d prompts at once, window is %d", i+1, m, window)
+		}
+	}
+	for i, f := range []*fakeLLM{f1, f2} {
+		if _, m := f.snapshot(); m != window {
+			t.Errorf("backend %d saw %d concurrent requests, want exactly %d", i+1, m, window)
+		}
+	}
+	t.Logf("max consumer ack pending %d, worker max in flight %d and %d", maxPending.Load(), w1.Stats().MaxInFlight, w2.Stats().MaxInFlight)
+}
+
+// A worker that dies with prompts in flight (its connection gone, nothing
+// acknowledged) loses none of them: they come back after AckWait and
+// another worker completes them, each exactly once.
+func TestWorkerDiesMidFlight(t *testing.T) {
+	const n = 60
+	b := setup(t, n, provision.Options{AckWait: time.Second})
+
+	// The doomed worker has its own connection so it can die alone.
+	doomedNC, doomedJS := brokertest.Connect(t, b.srv)
+	hang, hangURL := newFakeLLM(t, &fakeLLM{hold: make(chan struct{})})
+	client, err := openai.New(openai.Config{BaseURL: hangURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doomed, err := worker.New(worker.Config{Run: b.run, Window: 10, Grace: 50 * time.Millisecond, Logger: quiet}, doomedJS, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, kill := context.WithCancel(context.Background())
+	defer kill()
+	go doomed.Run(ctx) //nolint:errcheck // it dies without stopping
+	brokertest.Eventually(t, 10*time.Second, func() bool { c, _ := hang.snapshot(); return c == 10 }, "doomed worker to hold 10 prompts")
+	doomedNC.Close() // dies: no ack, no nak, no goodbye
+	kill()           // and its HTTP requests end with it
+
+	good, goodURL := newFakeLLM(t, &fakeLLM{})
+	b.start(t, worker.Config{Window: 10}, goodURL)
+	brokertest.Eventually(t, 30*time.Second, func() bool { return b.resultCount(t) == n }, "all results")
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		i := b.consumer(t)
+		return i.NumAckPending == 0 && i.NumPending == 0
+	}, "every prompt acknowledged")
+	res := b.results(t)
+	if len(res) != n {
+		t.Fatalf("%d distinct results, want %d", len(res), n)
+	}
+	redelivered := 0
+	for _, p := range brokertest.Prompts(n) {
+		if res[p.ID] == nil {
+			t.Errorf("prompt %s lost", p.ID)
+		}
+		if good.count(p.Messages[0].Content) != 1 {
+			t.Errorf("prompt %s generated %d times by the surviving worker", p.ID, good.count(p.Messages[0].Content))
+		}
+		if res[p.ID] != nil && res[p.ID].Attempts > 1 {
+			redelivered++
+		}
+	}
+	if redelivered != 10 {
+		t.Errorf("%d results came from a second delivery, want the doomed worker's 10", redelivered)
+	}
+}
+
+// A generation much longer than AckWait is not delivered to anyone else:
+// progress acks keep it with its worker.
+func TestLongGenerationIsNotRedelivered(t *testing.T) {
+	const n = 4
+	b := setup(t, n, provision.Options{AckWait: 500 * time.Millisecond})
+	slow, url := newFakeLLM(t, &fakeLLM{duration: 3 * time.Second}) // 6 x AckWait
+	_, url2 := newFakeLLM(t, &fakeLLM{duration: 3 * time.Second})
+	b.start(t, worker.Config{Window: 2}, url)
+	b.start(t, worker.Config{Window: 2}, url2)
+	brokertest.Eventually(t, 30*time.Second, func() bool { return b.resultCount(t) == n }, "all results")
+	for id, r := range b.results(t) {
+		if r.Attempts != 1 {
+			t.Errorf("%s took %d deliveries, want 1", id, r.Attempts)
+		}
+		if r.CompletionTokens < 50 {
+			t.Errorf("%s: %d completion tokens, the slow answer has ~60", id, r.CompletionTokens)
+		}
+	}
+	if rd := b.consumer(t).NumRedelivered; rd != 0 {
+		t.Errorf("consumer redelivered %d prompts", rd)
+	}
+	_ = slow
+}
+
+// A prompt whose answer is already stored (an earlier worker published it
+// and died before acknowledging) is acknowledged without a second answer.
+func TestAlreadyStoredResultIsAcked(t *testing.T) {
+	b := setup(t, 3, provision.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	first := &schema.Result{Run: b.run, ID: "p0001", Content: "the first answer", Worker: "earlier"}
+	data, err := schema.EncodeResult(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, "p0001"), data); err != nil {
+		t.Fatal(err)
+	}
+	_, url := newFakeLLM(t, &fakeLLM{})
+	b.start(t, worker.Config{Window: 5}, url)
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		i := b.consumer(t)
+		return i.NumAckPending == 0 && i.NumPending == 0
+	}, "every prompt acknowledged")
+	res := b.results(t)
+	if len(res) != 3 || res["p0001"].Content != "the first answer" {
+		t.Fatalf("results = %d, p0001 = %q; want 3 and the first answer kept", len(res), res["p0001"].Content)
+	}
+}
+
+// Failures take the documented paths: a 400 is dead-lettered at once; a
+// 503 is retried and then succeeds; a prompt that fails on its last
+// allowed delivery is dead-lettered as retries-exhausted.
+func TestFailureOutcomes(t *testing.T) {
+	b := setup(t, 3, provision.Options{MaxDeliver: 3})
+	f, url := newFakeLLM(t, &fakeLLM{status: func(prompt string, n int) int {
+		switch {
+		case strings.HasSuffix(prompt, "p0000"):
+			return 400
+		case strings.HasSuffix(prompt, "p0001") && n < 3:
+			return 503
+		case strings.HasSuffix(prompt, "p0002"):
+			return 500
+		}
+		return 200
+	}})
+	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, url)
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		i := b.consumer(t)
+		return i.NumAckPending == 0 && i.NumPending == 0
+	}, "every prompt settled")
+
+	res := b.results(t)
+	if len(res) != 1 || res["p0001"] == nil || res["p0001"].Attempts != 3 {
+		t.Fatalf("want exactly p0001 completed on attempt 3, got %v", res)
+	}
+	dead := deadLetters(t, b)
+	if d := dead["p0000"]; d == nil || d.Reason != schema.ReasonPermanent || d.Status != 400 || d.Attempts != 1 || !strings.Contains(d.Body, "status 400") {
+		t.Errorf("p0000 dead letter = %+v, want permanent, status 400, 1 attempt, body kept", d)
+	}
+	if d := dead["p0002"]; d == nil || d.Reason != schema.ReasonExhausted || d.Status != 500 || d.Attempts != 3 || len(d.Messages) != 1 {
+		t.Errorf("p0002 dead letter = %+v, want retries-exhausted after 3 attempts with its prompt", d)
+	}
+	if f.count("question p0000") != 1 {
+		t.Errorf("a permanent failure was retried: %d requests", f.count("question p0000"))
+	}
+	if s := w.Stats(); s.Completed != 1 || s.DeadLettered != 2 || s.Retry != 4 {
+		t.Errorf("stats = %+v, want 1 completed, 2 dead-lettered, 4 retries", s)
+	}
+}
+
+func deadLetters(t *testing.T, b *bundle) map[string]*schema.DeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := b.js.Stream(ctx, schema.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*schema.DeadLetter{}
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		d, err := schema.DecodeDeadLetter(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[d.ID] = d
+	}
+	return out
+}
+
+// Stopping hands in-flight prompts back once the grace period is over, and
+// Run returns nil: another worker gets them at once, not after AckWait.
+func TestShutdownHandsBackInFlight(t *testing.T) {
+	const n = 10
+	b := setup(t, n, provision.Options{AckWait: time.Hour})
+	f, url := newFakeLLM(t, &fakeLLM{hold: make(chan struct{})})
+	_, stop := b.start(t, worker.Config{Window: 5, Grace: 200 * time.Millisecond}, url)
+	brokertest.Eventually(t, 10*time.Second, func() bool { c, _ := f.snapshot(); return c == 5 }, "5 requests in flight")
+	stop()
+	brokertest.Eventually(t, 5*time.Second, func() bool { c, _ := f.snapshot(); return c == 0 }, "backend requests to end after stop")
+	_, url2 := newFakeLLM(t, &fakeLLM{})
+	b.start(t, worker.Config{Window: 5}, url2)
+	brokertest.Eventually(t, 20*time.Second, func() bool { return b.resultCount(t) == n }, "all %d results (AckWait is an hour)", n)
+}
