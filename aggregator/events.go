@@ -1,0 +1,58 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// emit computes a throughput event and sends it everywhere it goes: the
+// events subject, events.jsonl, one log line and Config.OnEvent.
+func (a *Aggregator) emit(now time.Time) {
+	s := a.est.Snapshot(now)
+	a.last.Lock()
+	a.snapshot = s
+	a.last.Unlock()
+
+	b, err := json.Marshal(s)
+	if err != nil {
+		a.log.Error("encode throughput event", "err", err)
+		return
+	}
+	if err := a.nc.Publish(schema.ThroughputSubject(a.cfg.Run), b); err != nil {
+		a.log.Warn("publish throughput event", "err", err)
+	}
+	if _, err := a.events.Write(append(b, '\n')); err != nil {
+		a.log.Warn("append to events file", "err", err)
+	}
+	a.log.Info("progress",
+		"phase", s.Phase, "completed", s.Completed, "total", s.Total, "failed", s.Failed,
+		"truncated", s.Truncated, "in_flight", s.InFlight, "workers", s.Workers,
+		"req_per_s", round(s.RequestsPerSec, 2), "req_per_s_overall", round(s.RequestsPerSecOverall, 2),
+		"tok_per_s", round(s.TokensPerSec, 0), "tok_per_s_overall", round(s.TokensPerSecOverall, 0),
+		"mean_tokens", round(s.MeanCompletionTokens, 0), "est_tokens", round(s.EstimatedCompletionTokens, 0),
+		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec))
+	if a.cfg.OnEvent != nil {
+		a.cfg.OnEvent(s)
+	}
+	if s.Phase == schema.PhaseDone {
+		a.doneOnce.Do(func() { close(a.done) })
+	}
+}
+
+// ETA formats an ETA in seconds for people: "unknown" when negative.
+func ETA(sec float64) string {
+	if sec < 0 {
+		return "unknown"
+	}
+	return (time.Duration(sec) * time.Second).String()
+}
+
+func round(v float64, places int) float64 {
+	p := 1.0
+	for range places {
+		p *= 10
+	}
+	return float64(int64(v*p+0.5)) / p
+}

@@ -1,0 +1,135 @@
+package aggregator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// jsonlFile is an append-only JSON Lines file in which every line has a
+// unique "id". Appends are fsynced before the caller acknowledges the
+// messages they came from, so a line that was acknowledged is on disk, and
+// a message that was not is delivered again and written then.
+type jsonlFile struct {
+	path string
+	f    *os.File
+	ids  map[string]struct{}
+}
+
+// openJSONL opens path for appending, creating it if needed. A last line
+// without its newline is the trace of a crash in the middle of a write: it
+// is cut off (its message was never acknowledged, so it comes again). Every
+// complete line's id is loaded so that redelivered messages are skipped.
+// onLine, if not nil, sees each complete line.
+func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	j := &jsonlFile{path: path, f: f, ids: make(map[string]struct{})}
+	good, err := j.load(onLine)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Size() > good {
+		if err := f.Truncate(good); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("repair %s: cut torn last line at byte %d: %w", path, good, err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("repair %s: %w", path, err)
+		}
+	}
+	if _, err := f.Seek(good, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seek %s: %w", path, err)
+	}
+	return j, nil
+}
+
+// load reads every complete line and returns the offset just past the last
+// one.
+func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
+	r := bufio.NewReaderSize(j.f, 1<<20)
+	var off int64
+	lineNo := 0
+	for {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return off, nil // anything in line is a torn write
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", j.path, err)
+		}
+		lineNo++
+		var head struct {
+			ID *string `json:"id"`
+		}
+		if err := json.Unmarshal(line, &head); err != nil || head.ID == nil {
+			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lineNo, errOr(err, "no id"))
+		}
+		j.ids[*head.ID] = struct{}{}
+		if onLine != nil {
+			if err := onLine(line); err != nil {
+				return 0, fmt.Errorf("%s:%d: %w", j.path, lineNo, err)
+			}
+		}
+		off += int64(len(line))
+	}
+}
+
+func errOr(err error, s string) any {
+	if err != nil {
+		return err
+	}
+	return s
+}
+
+// has reports whether a line with id is on disk.
+func (j *jsonlFile) has(id string) bool {
+	_, ok := j.ids[id]
+	return ok
+}
+
+// count is the number of lines on disk.
+func (j *jsonlFile) count() int { return len(j.ids) }
+
+// appendLines writes lines (each ending in '\n') and fsyncs. Only when it
+// returns nil are the ids recorded as written. On error the file is cut
+// back to where it was, so a failed write leaves no partial line.
+func (j *jsonlFile) appendLines(buf *bytes.Buffer, ids []string) error {
+	if buf.Len() == 0 {
+		return nil
+	}
+	start, err := j.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", j.path, err)
+	}
+	_, err = j.f.Write(buf.Bytes())
+	if err == nil {
+		err = j.f.Sync()
+	}
+	if err != nil {
+		// Best effort: drop what may have been half written.
+		_ = j.f.Truncate(start)
+		_, _ = j.f.Seek(start, io.SeekStart)
+		return fmt.Errorf("append to %s: %w", j.path, err)
+	}
+	for _, id := range ids {
+		j.ids[id] = struct{}{}
+	}
+	return nil
+}
+
+func (j *jsonlFile) Close() error { return j.f.Close() }
