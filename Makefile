@@ -1,0 +1,43 @@
+# aerie: see README.md. `make run` rehearses a 25,000-prompt run on this
+# machine; `make test` is what CI runs.
+
+GO       ?= go
+BIN      := bin/aerie
+PREFIX   ?= /usr/local
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+
+# make run knobs: RUN names the run (a new name starts a new run; the same
+# name resumes), PROMPTS how many synthetic prompts, SPEED the simulator's
+# time scale (200: a five-hour run in about a minute and a half).
+RUN      ?= demo-25k
+PROMPTS  ?= 25000
+SPEED    ?= 200
+DATA     ?= ./data
+
+.PHONY: build run test vet bench e2e install clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
+
+$(DATA)/prompts-$(PROMPTS).jsonl: | build
+	$(BIN) gen-prompts --count $(PROMPTS) --out $@
+
+run: build $(DATA)/prompts-$(PROMPTS).jsonl
+	$(BIN) run --run $(RUN) --prompts $(DATA)/prompts-$(PROMPTS).jsonl --data-dir $(DATA) --sim-speed $(SPEED)
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
+
+test: vet
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pipeline/ ./producer/
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/aerie
+
+clean:
+	rm -rf bin

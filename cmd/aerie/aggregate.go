@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/aerie-dev/aerie/aggregator"
+)
+
+func cmdAggregate(ctx context.Context, args []string) error {
+	fs, lf := newFlags("aggregate", "--run NAME [--data-dir /data]")
+	nf := addNATSFlags(fs)
+	run := fs.String("run", "", "run name")
+	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", aggregator.DefaultDataDir), "output root: writes <data-dir>/<run>/completions.jsonl, failed.jsonl, events.jsonl (env AERIE_DATA_DIR)")
+	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
+	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run is completed or failed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := requireRun(*run); err != nil {
+		return err
+	}
+	nc, js, err := connect(nf, "aerie-aggregate", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, Logger: log}, js)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/aerie-dev/aerie/simulator"
+)
+
+func cmdGen(_ context.Context, args []string) error {
+	fs, _ := newFlags("gen-prompts", "--count N --out FILE [--seed N]")
+	count := fs.Int("count", 25000, "number of prompts")
+	out := fs.String("out", "", "output JSONL file")
+	seed := fs.Int64("seed", 1, "seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || *count < 1 {
+		return errors.New("--out FILE and a positive --count are required")
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return err
+	}
+	tmp := *out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := simulator.WritePrompts(w, *count, *seed); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, *out); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %d prompts to %s\n", *count, *out)
+	return nil
+}

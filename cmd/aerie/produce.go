@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// samplingFlags are the run parameters that go into the manifest.
+type samplingFlags struct {
+	model       string
+	maxTokens   int
+	temperature optionalFloat
+	topP        optionalFloat
+}
+
+func addSamplingFlags(fs *flag.FlagSet, sf *samplingFlags, modelHelp string) {
+	fs.StringVar(&sf.model, "model", "", modelHelp)
+	fs.IntVar(&sf.maxTokens, "max-tokens", 0, "max completion tokens per prompt, reasoning included (0: the backend fills the context window)")
+	fs.Var(&sf.temperature, "temperature", "sampling temperature (unset: the backend's default)")
+	fs.Var(&sf.topP, "top-p", "nucleus sampling top_p (unset: the backend's default)")
+}
+
+func (sf *samplingFlags) params() schema.Params {
+	return schema.Params{MaxTokens: sf.maxTokens, Temperature: sf.temperature.v, TopP: sf.topP.v}
+}
+
+func cmdProduce(ctx context.Context, args []string) error {
+	fs, lf := newFlags("produce", "--run NAME --prompts FILE --model M [--max-tokens N] [--temperature T] [--top-p P]")
+	nf := addNATSFlags(fs)
+	run := fs.String("run", "", "run name (letters, digits, '-', '_')")
+	prompts := fs.String("prompts", "", "JSONL file of prompts: {id, messages}, {id, conversations} or {id, prompt}")
+	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid (they are listed)")
+	dryRun := fs.Bool("dry-run", false, "validate the file and print what would be queued; publish nothing")
+	var sf samplingFlags
+	addSamplingFlags(fs, &sf, "model name as the backend serves it (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := requireRun(*run); err != nil {
+		return err
+	}
+	if *prompts == "" {
+		return errors.New("--prompts is required: a JSONL file of prompts")
+	}
+	cfg := producer.Config{
+		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(),
+		SkipInvalid: *skip, Progress: os.Stderr, Logger: log,
+	}
+	if *dryRun {
+		if cfg.Model == "" {
+			cfg.Model = "(not set)"
+		}
+		rep, err := producer.Validate(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d lines, %d valid, %d invalid; nothing published (--dry-run)\n", *prompts, rep.Lines, rep.Valid, rep.Invalid)
+		return nil
+	}
+	if sf.model == "" {
+		return errors.New("--model is required: the model name as the backend serves it (see the backend's /v1/models)")
+	}
+	nc, js, err := connect(nf, "aerie-produce", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rep, err := producer.Run(ctx, js, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("run %s: %d prompts valid, %d newly queued, %d already queued, %d invalid skipped, in %s\n",
+		*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Invalid, rep.Elapsed.Round(1e6))
+	return nil
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/aerie-dev/aerie/pipeline"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N] [--sim-speed X ...]")
+	run := fs.String("run", "", "run name")
+	prompts := fs.String("prompts", "", "JSONL file of prompts")
+	dataDir := fs.String("data-dir", "./data", "output root and NATS store")
+	backend := fs.String("backend", "", "OpenAI-compatible base URL; empty runs the built-in simulator (--sim-* flags)")
+	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY)")
+	workers := fs.Int("workers", 1, "workers in this process")
+	window := fs.Int("window", worker.DefaultWindow, "prompts in flight per worker")
+	grace := fs.Duration("grace", worker.DefaultGrace, "on Ctrl-C, time in-flight prompts get to finish")
+	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
+	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
+	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
+	var sf samplingFlags
+	addSamplingFlags(fs, &sf, "model name (default: the simulator's, or the backend's only model)")
+	sim := addSimFlags(fs, "sim-")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := requireRun(*run); err != nil {
+		return err
+	}
+	if *prompts == "" {
+		return errors.New("--prompts is required: a JSONL file of prompts (make run generates one)")
+	}
+	key, err := apiKey(*keyFile)
+	if err != nil {
+		return err
+	}
+
+	// On a terminal the live display owns stderr; the full log goes to a
+	// file beside the outputs.
+	display := pipeline.NewDisplay(os.Stderr)
+	var logOut io.Writer = os.Stderr
+	var progress io.Writer = os.Stderr
+	if pipeline.IsTerminal(os.Stderr) {
+		dir := filepath.Join(*dataDir, *run)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, "aerie.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("open log file: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+		fmt.Fprintf(os.Stderr, "aerie run %s: log in %s\n", *run, f.Name())
+	}
+	log, err := lf.logger(logOut)
+	if err != nil {
+		return err
+	}
+	sum, err := pipeline.Run(ctx, pipeline.Config{
+		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
+		Backend: *backend, APIKey: key, Sim: *sim,
+		Model: sf.model, Params: sf.params(),
+		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
+		EventInterval: *interval, SkipInvalid: *skip,
+		Progress: progress, OnEvent: display.Event, Logger: log,
+	})
+	display.Close()
+	if sum != nil {
+		sum.Print(os.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !sum.Done && ctx.Err() == nil {
+		slog.Warn("run ended before every prompt was accounted for")
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+func cmdWork(ctx context.Context, args []string) error {
+	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200] [--api-key-file F]")
+	nf := addNATSFlags(fs)
+	run := fs.String("run", "", "run name")
+	backend := fs.String("backend", envOr("AERIE_BACKEND", "http://127.0.0.1:8000"), "OpenAI-compatible base URL of the LLM server (env AERIE_BACKEND)")
+	window := fs.Int("window", worker.DefaultWindow, "prompts in flight on this worker, exactly")
+	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
+	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
+	grace := fs.Duration("grace", worker.DefaultGrace, "on SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back")
+	timeout := fs.Duration("request-timeout", openai.DefaultRequestTimeout, "per-request timeout: long reasoning answers take many minutes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := requireRun(*run); err != nil {
+		return err
+	}
+	key, err := apiKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	client, err := openai.New(openai.Config{BaseURL: *backend, APIKey: key, RequestTimeout: *timeout})
+	if err != nil {
+		return err
+	}
+	nc, js, err := connect(nf, "aerie-work", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	w, err := worker.New(worker.Config{Run: *run, Name: *name, Window: *window, Grace: *grace, Logger: log}, js, client)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// apiKey reads the backend API key from a file, or AERIE_API_KEY. It is
+// never logged.
+func apiKey(file string) (string, error) {
+	if file == "" {
+		return os.Getenv("AERIE_API_KEY"), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" {
+		return "", fmt.Errorf("--api-key-file %s is empty", file)
+	}
+	return key, nil
+}

@@ -1,0 +1,85 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Display shows throughput events to a person on a terminal as a progress
+// bar. Elsewhere it shows nothing: the aggregator's log line per event is
+// the plain-text progress.
+type Display struct {
+	mu  sync.Mutex
+	w   io.Writer
+	bar *progressbar.ProgressBar
+	tty bool
+}
+
+// IsTerminal reports whether w is a terminal.
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// NewDisplay returns a display writing to w.
+func NewDisplay(w io.Writer) *Display {
+	return &Display{w: w, tty: IsTerminal(w)}
+}
+
+// Event shows one throughput event.
+func (d *Display) Event(s schema.Throughput) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.tty {
+		return
+	}
+	desc := fmt.Sprintf("%-8s %5.2f req/s %6.0f tok/s  in flight %d  failed %d  ETA %s",
+		s.Phase, s.RequestsPerSec, s.TokensPerSec, s.InFlight, s.Failed, aggregator.ETA(s.ETASec))
+	if d.bar == nil {
+		d.bar = progressbar.NewOptions(s.Total,
+			progressbar.OptionSetWriter(d.w),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionSetPredictTime(false), // our ETA is in the description
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	d.bar.Describe(desc)
+	_ = d.bar.Set(s.Completed + s.Failed)
+}
+
+// Close finishes the bar so that what follows starts on a clean line.
+func (d *Display) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.bar != nil {
+		_ = d.bar.Exit()
+		fmt.Fprintln(d.w)
+	}
+}
+
+// Print writes a human summary of a run.
+func (s *Summary) Print(w io.Writer) {
+	state := "done"
+	if !s.Done {
+		state = "stopped before the end (run the same command again to resume)"
+	}
+	fmt.Fprintf(w, "run %s: %s\n", s.Run, state)
+	fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
+	fmt.Fprintf(w, "  wall time    %s\n", s.Wall.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
+	fmt.Fprintf(w, "  model        %s at %s\n", s.Model, s.BackendURL)
+	fmt.Fprintf(w, "  completions  %s\n", s.Completions)
+	fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
+	fmt.Fprintf(w, "  events       %s\n", s.EventsPath)
+}
