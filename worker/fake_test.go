@@ -48,6 +48,10 @@ func (f *fakeLLM) count(prompt string) int {
 }
 
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"test-model","object":"model","max_model_len":8192}]}`)
+		return
+	}
 	var req struct {
 		Messages []struct{ Content string } `json:"messages"`
 	}

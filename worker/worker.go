@@ -113,6 +113,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.manifest = m
+	if err := w.checkBackend(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
 	if err != nil {
 		if ctx.Err() != nil {

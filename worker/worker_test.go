@@ -384,3 +384,36 @@ func TestShutdownHandsBackInFlight(t *testing.T) {
 	b.start(t, worker.Config{Window: 5}, url2)
 	brokertest.Eventually(t, 20*time.Second, func() bool { return b.resultCount(t) == n }, "all %d results (AckWait is an hour)", n)
 }
+
+// A worker pointed at a server of another model refuses to start instead
+// of dead-lettering every prompt.
+func TestWrongModelIsAStartupError(t *testing.T) {
+	b := setup(t, 3, provision.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := provision.RunsBucket(ctx, b.js, provision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := schema.Manifest{Run: b.run, Model: "another-model", Total: 3}
+	data, _ := schema.EncodeManifest(&m)
+	if _, err := kv.Put(ctx, b.run, data); err != nil {
+		t.Fatal(err)
+	}
+	f, url := newFakeLLM(t, &fakeLLM{})
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{Run: b.run, Logger: quiet}, b.js, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), `not the run's model "another-model"`) {
+		t.Fatalf("Run = %v, want a wrong-model error", err)
+	}
+	if f.count("question p0000") != 0 || b.consumer(t).NumAckPending != 0 {
+		t.Fatal("the worker pulled prompts before checking its backend")
+	}
+}

@@ -1,0 +1,214 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// The whole pipeline as separate processes, the way it runs in
+// production: a broker, a backend, two workers, an aggregator and a
+// producer, each its own aerie process. AERIE_E2E_PROMPTS sets the size
+// (default 2,000).
+func TestSeparateProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	n := 2000
+	if s := os.Getenv("AERIE_E2E_PROMPTS"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("AERIE_E2E_PROMPTS=%q", s)
+		}
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "aerie")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	natsAddr, simAddr := freeAddr(t), freeAddr(t)
+	natsURL := "nats://" + natsAddr
+	data := filepath.Join(dir, "data")
+	prompts := filepath.Join(dir, "prompts.jsonl")
+	run := "e2e"
+
+	aerie(t, bin, "gen-prompts", "--count", strconv.Itoa(n), "--out", prompts).wait(t, time.Minute)
+	start(t, bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
+	start(t, bin, "sim", "--listen", simAddr, "--speed", "500", "--output-median", "300")
+	waitTCP(t, natsAddr)
+	waitTCP(t, simAddr)
+
+	began := time.Now()
+	for i := 1; i <= 2; i++ {
+		start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", "100", "--name", fmt.Sprintf("w%d", i), "--grace", "2s")
+	}
+	agg := start(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
+	out := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "8192")
+	out.wait(t, 5*time.Minute)
+	if !strings.Contains(out.stdout.String(), fmt.Sprintf("%d newly queued, 0 already queued", n)) {
+		t.Errorf("first produce said: %s", out.stdout.String())
+	}
+	agg.wait(t, 10*time.Minute)
+	wall := time.Since(began)
+
+	lines := readLines(t, filepath.Join(data, run, "completions.jsonl"))
+	ids := map[string]bool{}
+	truncated := 0
+	for _, l := range lines {
+		ids[l.ID] = true
+		if l.FinishReason == "length" {
+			truncated++ // cut at --max-tokens, possibly while still reasoning
+			continue
+		}
+		if l.Reasoning == "" || l.Content == "" {
+			t.Errorf("%s: empty reasoning or content", l.ID)
+		}
+	}
+	if len(lines) != n || len(ids) != n {
+		t.Fatalf("completions.jsonl: %d lines, %d distinct ids, want %d", len(lines), len(ids), n)
+	}
+	t.Logf("%d prompts through separate processes in %v (%.0f prompts/s), %d truncated at max_tokens", n, wall.Round(time.Millisecond), float64(n)/wall.Seconds(), truncated)
+
+	again := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "8192")
+	again.wait(t, 5*time.Minute)
+	if !strings.Contains(again.stdout.String(), fmt.Sprintf("0 newly queued, %d already queued", n)) {
+		t.Errorf("second produce said: %s", again.stdout.String())
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, schema.PromptsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().State.Msgs; got != uint64(n) {
+		t.Errorf("prompts stream holds %d messages after producing twice, want %d", got, n)
+	}
+}
+
+type outputLine struct {
+	ID           string `json:"id"`
+	Reasoning    string `json:"reasoning"`
+	Content      string `json:"content"`
+	FinishReason string `json:"finish_reason"`
+}
+
+func readLines(t *testing.T, path string) []outputLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []outputLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var l outputLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: bad line: %v", path, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan error
+}
+
+// aerie starts the binary and returns without waiting.
+func aerie(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	p.cmd.Env = append(os.Environ(), "AERIE_LOG_LEVEL=warn")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p
+}
+
+// start runs a long-lived process, stopped with SIGTERM when the test
+// ends.
+func start(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	p := aerie(t, bin, args...)
+	t.Cleanup(func() {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return // already exited
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *proc) wait(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // for Cleanup
+		if err != nil {
+			t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Args, err, p.stdout.String(), p.stderr.String())
+		}
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("%v did not finish within %v\nstderr:\n%s", p.cmd.Args, timeout, p.stderr.String())
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitTCP(t *testing.T, addr string) {
+	t.Helper()
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, "%s to accept connections", addr)
+}

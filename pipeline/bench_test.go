@@ -1,0 +1,204 @@
+package pipeline_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/pipeline"
+	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/simulator"
+)
+
+// instantLLM answers every request at once with a short streamed answer:
+// what is left is aerie's own cost per prompt (NATS, encoding, fsync).
+func instantLLM() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","reasoning":"short thought"}}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"short answer"},"finish_reason":"stop"}]}`+"\n\n")
+		fmt.Fprint(w, `data: {"id":"x","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":4,"total_tokens":14}}`+"\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+}
+
+// BenchmarkEndToEndZeroLatency: prompts/s through the whole pipeline
+// (produce, 2 workers x 200, aggregate with fsync) when the backend
+// costs nothing.
+func BenchmarkEndToEndZeroLatency(b *testing.B) {
+	const n = 10000
+	prompts := promptsFile(b, n)
+	llm := instantLLM()
+	defer llm.Close()
+	var rates []float64
+	for i := 0; b.Loop(); i++ {
+		cfg := pipeline.Config{
+			Run: fmt.Sprintf("zero%d", i), PromptsFile: prompts, DataDir: b.TempDir(),
+			Backend: llm.URL, Model: "m", Workers: 2, Window: 200,
+			EventInterval: 100 * time.Millisecond, Logger: quiet,
+		}
+		start := time.Now()
+		sum, err := pipeline.Run(context.Background(), cfg)
+		if err != nil || !sum.Done {
+			b.Fatalf("run: %v %+v", err, sum)
+		}
+		rates = append(rates, n/time.Since(start).Seconds())
+	}
+	b.ReportMetric(median(rates), "prompts/s")
+}
+
+// BenchmarkSimulatorFraction compares, side by side in one run, the
+// simulator's steady-state completions per second when a plain client
+// keeps `window` requests in flight against it, with the same figure for
+// aerie (one worker with that window). The ratio is how much of the
+// backend's capacity aerie delivers.
+func BenchmarkSimulatorFraction(b *testing.B) {
+	const n, window, speed = 6000, 200, 200.0
+	prompts := promptsFile(b, n)
+	simCfg := simulator.Config{Speed: speed}
+	var direct, viaAerie, ratio []float64
+	for i := 0; b.Loop(); i++ {
+		d := directRate(b, prompts, simCfg, window)
+		cfg := pipeline.Config{
+			Run: fmt.Sprintf("frac%d", i), PromptsFile: prompts, DataDir: b.TempDir(),
+			Sim: simCfg, Workers: 1, Window: window, EventInterval: time.Second, Logger: quiet,
+		}
+		sum, err := pipeline.Run(context.Background(), cfg)
+		if err != nil || !sum.Done {
+			b.Fatalf("run: %v %+v", err, sum)
+		}
+		a := steadyRate(finishTimes(b, sum.Completions))
+		direct, viaAerie, ratio = append(direct, d/speed), append(viaAerie, a/speed), append(ratio, a/d)
+	}
+	b.ReportMetric(median(direct), "sim-req/s")
+	b.ReportMetric(median(viaAerie), "aerie-req/s")
+	b.ReportMetric(median(ratio), "fraction")
+}
+
+// directRate drives the simulator with `window` concurrent streaming
+// requests, no NATS, and returns the steady-state completions per
+// wall-clock second.
+func directRate(b *testing.B, prompts string, cfg simulator.Config, window int) float64 {
+	sim, err := simulator.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sim.Serve(ctx, l) //nolint:errcheck
+	client, err := openai.New(openai.Config{BaseURL: "http://" + l.Addr().String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := readRequests(b, prompts)
+	next := make(chan openai.ChatRequest)
+	go func() {
+		defer close(next)
+		for _, r := range reqs {
+			next <- r
+		}
+	}()
+	var mu sync.Mutex
+	var times []time.Time
+	var wg sync.WaitGroup
+	for range window {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range next {
+				if _, err := client.ChatStream(ctx, r, func(int) {}); err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				times = append(times, time.Now())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return steadyRate(times)
+}
+
+func readRequests(b *testing.B, path string) []openai.ChatRequest {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var out []openai.ChatRequest
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// The same messages aerie sends, so the simulator gives the same
+		// answer lengths.
+		_, msgs, err := producer.ParseLine(sc.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := openai.ChatRequest{Model: simulator.DefaultModel}
+		for _, m := range msgs {
+			req.Messages = append(req.Messages, openai.Message{Role: m.Role, Content: m.Content})
+		}
+		out = append(out, req)
+	}
+	return out
+}
+
+func finishTimes(b *testing.B, path string) []time.Time {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var out []time.Time
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var l struct {
+			FinishedAt time.Time `json:"finished_at"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, l.FinishedAt)
+	}
+	return out
+}
+
+// steadyRate is completions per second between the 25th and 75th
+// percentile completion: ramp-up and drain excluded.
+func steadyRate(times []time.Time) float64 {
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	lo, hi := len(times)/4, 3*len(times)/4
+	if hi <= lo {
+		return 0
+	}
+	return float64(hi-lo) / times[hi].Sub(times[lo]).Seconds()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}

@@ -1,0 +1,145 @@
+package pipeline_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/pipeline"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+)
+
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
+func promptsFile(t testing.TB, n int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "prompts.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := simulator.WritePrompts(f, n, 7); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func config(t *testing.T, run, prompts string) pipeline.Config {
+	return pipeline.Config{
+		Run: run, PromptsFile: prompts, DataDir: t.TempDir(),
+		Sim:     simulator.Config{Speed: 2000, OutputMedian: 150, MaxNumSeqs: 64},
+		Workers: 2, Window: 16, Grace: 100 * time.Millisecond,
+		EventInterval: 50 * time.Millisecond, Logger: quiet,
+	}
+}
+
+type line struct {
+	ID           string `json:"id"`
+	Reasoning    string `json:"reasoning"`
+	Content      string `json:"content"`
+	FinishReason string `json:"finish_reason"`
+	Usage        struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+func readOutput(t *testing.T, path string) []line {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 16<<20)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("bad output line: %v", err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// Every reasoning shape a server may send ends up in the reasoning field,
+// with the answer alone in content.
+func TestReasoningShapes(t *testing.T) {
+	for _, field := range []string{"reasoning", "reasoning_content", "think"} {
+		t.Run(field, func(t *testing.T) {
+			cfg := config(t, "shapes", promptsFile(t, 40))
+			cfg.Sim.ReasoningField = field
+			sum, err := pipeline.Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sum.Done || sum.Completed != 40 {
+				t.Fatalf("summary %+v, want 40 completed", sum)
+			}
+			for _, l := range readOutput(t, sum.Completions) {
+				if l.Reasoning == "" || l.Content == "" || strings.Contains(l.Content, "think>") || strings.Contains(l.Reasoning, "think>") {
+					t.Errorf("%s: reasoning %q / content %q not separated", l.ID, l.Reasoning, l.Content)
+				}
+			}
+		})
+	}
+}
+
+// A run interrupted half way (Ctrl-C) and started again with the same
+// command completes every prompt exactly once.
+func TestInterruptAndResume(t *testing.T) {
+	const n = 400
+	cfg := config(t, "resume", promptsFile(t, n))
+	out := filepath.Join(cfg.DataDir, "resume", "completions.jsonl")
+
+	ctx, interrupt := context.WithCancel(context.Background())
+	var seen atomic.Int64
+	cfg.OnEvent = func(s schema.Throughput) {
+		seen.Store(int64(s.Completed))
+		if s.Completed >= n/4 {
+			interrupt()
+		}
+	}
+	sum, err := pipeline.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Done || sum.Completed >= n {
+		t.Fatalf("first run was not interrupted: %+v", sum)
+	}
+	first := len(readOutput(t, out))
+	t.Logf("interrupted after %d of %d", first, n)
+
+	cfg.OnEvent = nil
+	sum, err = pipeline.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := readOutput(t, out)
+	count := map[string]int{}
+	for _, l := range lines {
+		count[l.ID]++
+	}
+	if !sum.Done || len(lines) != n || len(count) != n {
+		t.Fatalf("after resume: done=%v, %d lines, %d distinct ids, want %d", sum.Done, len(lines), len(count), n)
+	}
+
+	// A third run finds everything done and generates nothing.
+	sum, err = pipeline.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Done || len(readOutput(t, out)) != n {
+		t.Fatalf("third run changed the output: %+v", sum)
+	}
+}
