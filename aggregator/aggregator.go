@@ -82,7 +82,7 @@ func (a *Aggregator) Last() schema.Throughput {
 // Run aggregates until ctx ends (or, with ExitWhenDone, until the run is
 // done), then writes a last event and returns.
 func (a *Aggregator) Run(ctx context.Context) error {
-	m, err := a.manifest(ctx)
+	m, err := provision.WaitManifest(ctx, a.js, a.cfg.Run, a.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -158,37 +158,6 @@ loop:
 	}
 	a.emit(time.Now())
 	return runErr
-}
-
-func (a *Aggregator) manifest(ctx context.Context) (*schema.Manifest, error) {
-	kv, err := provision.RunsBucket(ctx, a.js, a.cfg.Provision)
-	if err != nil {
-		return nil, fmt.Errorf("aggregator: %w", err)
-	}
-	w, err := kv.Watch(ctx, a.cfg.Run)
-	if err != nil {
-		return nil, fmt.Errorf("aggregator: watch manifest of run %s: %w", a.cfg.Run, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil {
-				a.log.Info("waiting for the run manifest: run `aerie produce` for this run")
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			m, err := schema.DecodeManifest(e.Value())
-			if err != nil {
-				return nil, fmt.Errorf("aggregator: manifest of run %s: %w", a.cfg.Run, err)
-			}
-			return m, nil
-		}
-	}
 }
 
 // open creates the run directory and opens the three files, restoring

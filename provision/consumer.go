@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,6 +30,12 @@ func WorkersConsumer(ctx context.Context, js jetstream.JetStream, run string, op
 	})
 }
 
+// AggregatorAckWait is the AckWait of the aggregator's consumers. Writing
+// and fsyncing a batch takes milliseconds, so this only bounds how long a
+// restarted aggregator waits for the batch its crashed predecessor held;
+// a late ack merely causes a redelivery, which is skipped by id.
+const AggregatorAckWait = 15 * time.Second
+
 // ResultsConsumer returns the aggregator's durable consumer on the results
 // of run, creating it if missing.
 func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
@@ -39,7 +46,7 @@ func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string, op
 		FilterSubject: schema.RunFilter(schema.ResultsRoot, run),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       opts.AckWait,
+		AckWait:       AggregatorAckWait,
 		MaxAckPending: 4096,
 	})
 }
@@ -54,7 +61,7 @@ func DeadConsumer(ctx context.Context, js jetstream.JetStream, run string, opts 
 		FilterSubject: schema.RunFilter(schema.DeadRoot, run),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       opts.AckWait,
+		AckWait:       AggregatorAckWait,
 		MaxAckPending: 4096,
 	})
 }

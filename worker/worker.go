@@ -105,7 +105,7 @@ func (w *Worker) Stats() Stats {
 // prompts finish for up to Config.Grace, hands back the rest and returns
 // nil. It returns an error only if it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
-	m, err := waitManifest(ctx, w.js, w.cfg.Run, w.log)
+	m, err := provision.WaitManifest(ctx, w.js, w.cfg.Run, w.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -99,6 +99,16 @@ func (b *bundle) consumer(t *testing.T) *jetstream.ConsumerInfo {
 	return info
 }
 
+// waitSettled waits until every prompt has been acknowledged or
+// terminated.
+func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	brokertest.Eventually(t, timeout, func() bool {
+		i := b.consumer(t)
+		return i.NumAckPending == 0 && i.NumPending == 0
+	}, "every prompt settled")
+}
+
 // results returns the stored results of the run by prompt id.
 func (b *bundle) results(t *testing.T) map[string]*schema.Result {
 	t.Helper()
@@ -227,10 +237,7 @@ func TestWorkerDiesMidFlight(t *testing.T) {
 	good, goodURL := newFakeLLM(t, &fakeLLM{})
 	b.start(t, worker.Config{Window: 10}, goodURL)
 	brokertest.Eventually(t, 30*time.Second, func() bool { return b.resultCount(t) == n }, "all results")
-	brokertest.Eventually(t, 10*time.Second, func() bool {
-		i := b.consumer(t)
-		return i.NumAckPending == 0 && i.NumPending == 0
-	}, "every prompt acknowledged")
+	b.waitSettled(t, 10*time.Second)
 	res := b.results(t)
 	if len(res) != n {
 		t.Fatalf("%d distinct results, want %d", len(res), n)
@@ -292,10 +299,7 @@ func TestAlreadyStoredResultIsAcked(t *testing.T) {
 	}
 	_, url := newFakeLLM(t, &fakeLLM{})
 	b.start(t, worker.Config{Window: 5}, url)
-	brokertest.Eventually(t, 10*time.Second, func() bool {
-		i := b.consumer(t)
-		return i.NumAckPending == 0 && i.NumPending == 0
-	}, "every prompt acknowledged")
+	b.waitSettled(t, 10*time.Second)
 	res := b.results(t)
 	if len(res) != 3 || res["p0001"].Content != "the first answer" {
 		t.Fatalf("results = %d, p0001 = %q; want 3 and the first answer kept", len(res), res["p0001"].Content)
@@ -319,10 +323,7 @@ func TestFailureOutcomes(t *testing.T) {
 		return 200
 	}})
 	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, url)
-	brokertest.Eventually(t, 20*time.Second, func() bool {
-		i := b.consumer(t)
-		return i.NumAckPending == 0 && i.NumPending == 0
-	}, "every prompt settled")
+	b.waitSettled(t, 20*time.Second)
 
 	res := b.results(t)
 	if len(res) != 1 || res["p0001"] == nil || res["p0001"].Attempts != 3 {

@@ -57,19 +57,34 @@ func TestSeparateProcesses(t *testing.T) {
 	waitTCP(t, simAddr)
 
 	began := time.Now()
-	for i := 1; i <= 2; i++ {
-		start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", "100", "--name", fmt.Sprintf("w%d", i), "--grace", "2s")
+	work := func(name string) *proc {
+		return start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", "100", "--name", name, "--grace", "2s")
 	}
-	agg := start(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
-	out := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "8192")
+	aggregate := func() *proc {
+		return start(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
+	}
+	w1 := work("w1")
+	work("w2")
+	agg := aggregate()
+	out := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "8192", "--ack-wait", "3s")
 	out.wait(t, 5*time.Minute)
 	if !strings.Contains(out.stdout.String(), fmt.Sprintf("%d newly queued, 0 already queued", n)) {
 		t.Errorf("first produce said: %s", out.stdout.String())
 	}
+
+	// A third of the way in, kill -9 a worker and the aggregator, then
+	// start them again: nothing may be lost or written twice.
+	completions := filepath.Join(data, run, "completions.jsonl")
+	brokertest.Eventually(t, 5*time.Minute, func() bool { return countLines(completions) >= n/3 }, "a third of the output")
+	w1.kill(t)
+	agg.kill(t)
+	t.Logf("killed worker w1 and the aggregator with %d lines written", countLines(completions))
+	work("w1-restarted")
+	agg = aggregate()
 	agg.wait(t, 10*time.Minute)
 	wall := time.Since(began)
 
-	lines := readLines(t, filepath.Join(data, run, "completions.jsonl"))
+	lines := readLines(t, completions)
 	ids := map[string]bool{}
 	truncated := 0
 	for _, l := range lines {
@@ -190,6 +205,24 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) {
 		_ = p.cmd.Process.Kill()
 		t.Fatalf("%v did not finish within %v\nstderr:\n%s", p.cmd.Args, timeout, p.stderr.String())
 	}
+}
+
+// kill ends the process with SIGKILL: no clean-up of any kind.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-p.done
+	p.done <- err
+}
+
+func countLines(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte("\n"))
 }
 
 func freeAddr(t *testing.T) string {

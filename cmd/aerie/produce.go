@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -39,6 +40,11 @@ func cmdProduce(ctx context.Context, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "validate the file and print what would be queued; publish nothing")
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name as the backend serves it (required)")
+	var prov provision.Options
+	fs.IntVar(&prov.Replicas, "replicas", 1, "stream replicas when the streams are created (3 on a three-node cluster)")
+	fs.DurationVar(&prov.AckWait, "ack-wait", provision.DefaultAckWait, "when the run's consumer is created: how long a silent worker keeps a prompt before it is redelivered (workers progress-ack every ack-wait/3)")
+	fs.IntVar(&prov.MaxDeliver, "max-deliver", provision.DefaultMaxDeliver, "when the run's consumer is created: attempts per prompt before it is dead-lettered")
+	fs.IntVar(&prov.MaxAckPending, "max-ack-pending", provision.DefaultMaxAckPending, "when the run's consumer is created: prompts in flight across all workers; at least workers x window")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,7 +60,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	}
 	cfg := producer.Config{
 		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(),
-		SkipInvalid: *skip, Progress: os.Stderr, Logger: log,
+		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov,
 	}
 	if *dryRun {
 		if cfg.Model == "" {

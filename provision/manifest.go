@@ -1,4 +1,4 @@
-package worker
+package provision
 
 import (
 	"context"
@@ -8,14 +8,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// waitManifest returns the run's manifest, waiting for the producer to
-// write it if needed: workers may start before the prompts are queued.
-func waitManifest(ctx context.Context, js jetstream.JetStream, run string, log *slog.Logger) (*schema.Manifest, error) {
-	kv, err := provision.RunsBucket(ctx, js, provision.Options{})
+// WaitManifest returns the manifest of run, waiting for the producer to
+// write it if needed: workers and aggregators may start before the
+// prompts are queued. It logs once that it is waiting.
+func WaitManifest(ctx context.Context, js jetstream.JetStream, run string, log *slog.Logger) (*schema.Manifest, error) {
+	kv, err := RunsBucket(ctx, js, Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -24,7 +24,6 @@ func waitManifest(ctx context.Context, js jetstream.JetStream, run string, log *
 		return nil, fmt.Errorf("watch manifest of run %s: %w", run, err)
 	}
 	defer watcher.Stop()
-	warned := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -33,11 +32,8 @@ func waitManifest(ctx context.Context, js jetstream.JetStream, run string, log *
 			if !ok {
 				return nil, errors.New("manifest watch ended")
 			}
-			if e == nil { // initial values delivered, none yet
-				if !warned {
-					log.Info("waiting for the run manifest: run `aerie produce` for this run", "bucket", schema.RunsBucket, "key", run)
-					warned = true
-				}
+			if e == nil { // all current values delivered: none yet
+				log.Info("waiting for the run manifest: run `aerie produce` for this run", "bucket", schema.RunsBucket, "key", run)
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
