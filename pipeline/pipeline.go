@@ -65,6 +65,8 @@ type Config struct {
 
 // Summary is what a run did.
 type Summary struct {
+	// Counts are the run's (including earlier invocations); rates are this
+	// invocation's, measured from the start of its workers.
 	Run                        string
 	Total, Completed, Failed   int
 	Truncated                  int
@@ -195,6 +197,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	workStart := time.Now()
+	var all []*worker.Worker
 	var workers sync.WaitGroup
 	for i := range cfg.Workers {
 		wnc, wjs, err := conn(fmt.Sprintf("worker-%d", i+1))
@@ -206,6 +210,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			wnc.Close()
 			return nil, err
 		}
+		all = append(all, w)
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
@@ -226,17 +231,27 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	stopWork()
 	workers.Wait()
+	workTime := time.Since(workStart)
 	stopAgg()
 	if err := <-aggErr; err != nil && runErr == nil {
 		runErr = err
 	}
 	stopSim()
 
+	// Rates of this invocation, from the workers' own counters: on a
+	// resume they cover only the prompts generated this time.
+	var completed, tokens int64
+	for _, w := range all {
+		s := w.Stats()
+		completed += s.Completed
+		tokens += s.TokensStreamed
+	}
 	last := agg.Last()
 	return &Summary{
 		Run: cfg.Run, Total: last.Total, Completed: last.Completed, Failed: last.Failed,
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
-		Wall: time.Since(start), RequestsPerSec: last.RequestsPerSecOverall, TokensPerSec: last.TokensPerSecOverall,
+		Wall:           time.Since(start),
+		RequestsPerSec: float64(completed) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),
 		Completions: filepath.Join(agg.Dir(), aggregator.CompletionsFile),
 		FailedPath:  filepath.Join(agg.Dir(), aggregator.FailedFile),
 		EventsPath:  filepath.Join(agg.Dir(), aggregator.EventsFile),
