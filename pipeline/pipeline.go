@@ -179,6 +179,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	// queued), so that the manifest exists before anyone waits for it.
 	rep, err := producer.Run(ctx, js, pcfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
+		}
 		return nil, err
 	}
 	log.Info("prompts queued", "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
