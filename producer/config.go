@@ -40,6 +40,9 @@ type Config struct {
 	// Params are the sampling parameters stored in the run manifest; the
 	// zero value leaves them all to the backend's defaults.
 	Params schema.Params
+	// Policy is the run's failure and truncation policy, stored in the
+	// manifest; the zero value means the defaults (see schema.Policy).
+	Policy schema.Policy
 	// SkipInvalid publishes the valid lines when some are invalid (the
 	// problems are logged and reported). False, the default, publishes
 	// nothing when any line is invalid: a run should not silently miss
@@ -75,6 +78,9 @@ func (c Config) Validate() error {
 	}
 	if c.Model == "" {
 		errs = append(errs, errors.New("no model given: name the model the workers generate with (it is stored in the run manifest)"))
+	}
+	if err := c.Policy.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxPending < 0 {
 		errs = append(errs, fmt.Errorf("max pending publishes is %d: use a positive number, or 0 for the default of %d", c.MaxPending, DefaultMaxPending))

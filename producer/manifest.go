@@ -27,7 +27,7 @@ type ManifestConflictError struct {
 }
 
 func (e *ManifestConflictError) Error() string {
-	return fmt.Sprintf("run %s was produced with other settings: %s; use a new --run name to change parameters (the stored manifest: nats kv get %s %s)",
+	return fmt.Sprintf("run %s was produced with other settings: %s; use a new --run name to change parameters (the stored manifest: nats kv get --raw %s %s)",
 		e.Run, strings.Join(e.Differences, "; "), schema.RunsBucket, e.Run)
 }
 
@@ -48,6 +48,7 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, tota
 		Run:       cfg.Run,
 		Model:     cfg.Model,
 		Params:    cfg.Params,
+		Policy:    cfg.Policy,
 		Total:     total,
 		Source:    filepath.Base(cfg.PromptsFile),
 		Producer:  host,
@@ -93,6 +94,9 @@ func manifestDiff(stored, now *schema.Manifest) []string {
 	field("max_tokens", strconv.Itoa(stored.Params.MaxTokens), strconv.Itoa(now.Params.MaxTokens))
 	field("temperature", optFloat(stored.Params.Temperature), optFloat(now.Params.Temperature))
 	field("top_p", optFloat(stored.Params.TopP), optFloat(now.Params.TopP))
+	field("max_attempts", strconv.Itoa(stored.Policy.Attempts()), strconv.Itoa(now.Policy.Attempts()))
+	field("on_length", stored.Policy.Length(), now.Policy.Length())
+	field("length_retry_max_tokens", strconv.Itoa(stored.Policy.LengthRetryMaxTokens), strconv.Itoa(now.Policy.LengthRetryMaxTokens))
 	if stored.Total != now.Total {
 		d = append(d, fmt.Sprintf("the prompt count is %d in the stored manifest (from %s), %d valid prompts now (from %s)",
 			stored.Total, stored.Source, now.Total, now.Source))

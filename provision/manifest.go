@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,11 +14,29 @@ import (
 
 // WaitManifest returns the manifest of run, waiting for the producer to
 // write it if needed: workers and aggregators may start before the
-// prompts are queued. It logs once that it is waiting.
+// prompts are queued. It logs once that it is waiting. It never creates
+// the runs bucket: the producer does, with the replicas it was given.
 func WaitManifest(ctx context.Context, js jetstream.JetStream, run string, log *slog.Logger) (*schema.Manifest, error) {
-	kv, err := RunsBucket(ctx, js, Options{})
-	if err != nil {
-		return nil, err
+	var kv jetstream.KeyValue
+	for attempt := 1; kv == nil; attempt++ {
+		var err error
+		kv, err = js.KeyValue(ctx, schema.RunsBucket)
+		switch {
+		case err == nil:
+		case errors.Is(err, jetstream.ErrBucketNotFound):
+			if attempt == 1 {
+				log.Info("waiting for the first `aerie produce`: KV bucket not created yet", "bucket", schema.RunsBucket)
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			case <-t.C:
+			}
+		default:
+			return nil, fmt.Errorf("open KV bucket %s: %w", schema.RunsBucket, err)
+		}
 	}
 	watcher, err := kv.Watch(ctx, run)
 	if err != nil {

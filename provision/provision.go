@@ -25,10 +25,12 @@ const (
 	// send progress acks every AckWait/3, so this only bounds how long the
 	// prompts of a crashed worker wait before someone else takes them.
 	DefaultAckWait = 60 * time.Second
-	// DefaultMaxDeliver bounds attempts per prompt. Transient failures back
-	// off exponentially between attempts, so 10 attempts span well over an
-	// hour of retrying.
-	DefaultMaxDeliver = 10
+	// DefaultMaxDeliver bounds deliveries per prompt. Failures that are the
+	// prompt's own are limited by the run's Policy.MaxAttempts, counted in
+	// the attempts bucket; deliveries also count prompts handed back while
+	// a backend was down and those held by workers that crashed, so this is
+	// the guard against a prompt that kills every worker it reaches.
+	DefaultMaxDeliver = 20
 	// DefaultMaxAckPending is the consumer-wide cap on prompts delivered and
 	// not yet acknowledged. Each worker enforces its own window; this cap
 	// must be at least workers x window plus prompts parked by delayed
@@ -85,8 +87,8 @@ func oncePerSubject(name, root, description string, replicas int) jetstream.Stre
 	}
 }
 
-// Streams creates any of aerie's streams and its runs bucket that do not
-// exist yet.
+// Streams creates any of aerie's streams and KV buckets that do not exist
+// yet.
 func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	opts = opts.withDefaults()
 	configs := []jetstream.StreamConfig{
@@ -110,8 +112,47 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			return err
 		}
 	}
-	_, err := RunsBucket(ctx, js, opts)
+	if _, err := RunsBucket(ctx, js, opts); err != nil {
+		return err
+	}
+	_, err := AttemptsBucket(ctx, js, opts)
 	return err
+}
+
+// AttemptsTTL is how long a prompt's failure count is kept: far longer
+// than any run, short enough that the bucket does not grow forever.
+const AttemptsTTL = 30 * 24 * time.Hour
+
+// AttemptsBucket opens the KV bucket of per-prompt failure counts,
+// creating it if needed.
+func AttemptsBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
+	opts = opts.withDefaults()
+	return ensureBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      schema.AttemptsBucket,
+		Description: "aerie failures per prompt that count against its attempts",
+		History:     1,
+		TTL:         AttemptsTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+	})
+}
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open KV bucket %s: %w", cfg.Bucket, err)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if err != nil {
+		if kv, err2 := js.KeyValue(ctx, cfg.Bucket); err2 == nil {
+			return kv, nil // created concurrently by another process
+		}
+		return nil, fmt.Errorf("create KV bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
@@ -132,25 +173,11 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // RunsBucket opens the KV bucket of run manifests, creating it if needed.
 func RunsBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
 	opts = opts.withDefaults()
-	kv, err := js.KeyValue(ctx, schema.RunsBucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open KV bucket %s: %w", schema.RunsBucket, err)
-	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	return ensureBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      schema.RunsBucket,
 		Description: "aerie run manifests: model, sampling parameters, prompt count",
 		History:     5,
 		Storage:     jetstream.FileStorage,
 		Replicas:    opts.Replicas,
 	})
-	if err != nil {
-		if kv, err2 := js.KeyValue(ctx, schema.RunsBucket); err2 == nil {
-			return kv, nil // created concurrently by another process
-		}
-		return nil, fmt.Errorf("create KV bucket %s: %w", schema.RunsBucket, err)
-	}
-	return kv, nil
 }

@@ -27,7 +27,13 @@ const (
 	// RunsBucket is the KV bucket holding one Manifest per run, keyed by
 	// run name.
 	RunsBucket = "aerie-runs"
+	// AttemptsBucket counts, per prompt, the failures attributable to the
+	// prompt itself (not to a backend outage), keyed by AttemptsKey.
+	AttemptsBucket = "aerie-attempts"
 )
+
+// AttemptsKey is a prompt's key in AttemptsBucket.
+func AttemptsKey(run, promptID string) string { return run + "." + SubjectToken(promptID) }
 
 // Subject roots. Subjects are <root>.<run>.<token> where token is
 // SubjectToken(prompt id).

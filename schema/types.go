@@ -1,6 +1,9 @@
 package schema
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Version is the schema version this build writes and the only one it
 // reads. A change that old readers cannot ignore bumps it.
@@ -30,6 +33,9 @@ type Prompt struct {
 	Messages []Message `msgpack:"messages"`
 	// Source is "<file>:<line>" of the input line, for error reports.
 	Source string `msgpack:"source,omitempty"`
+	// MaxTokens, when positive, overrides the run's max_tokens for this
+	// prompt (a replay with a larger budget for a truncated answer).
+	MaxTokens int `msgpack:"max_tokens,omitempty"`
 }
 
 // Result is a prompt's answer as a worker received it. It repeats the
@@ -45,6 +51,9 @@ type Result struct {
 	Reasoning    string    `msgpack:"reasoning"`
 	Content      string    `msgpack:"content"`
 	FinishReason string    `msgpack:"finish_reason"`
+	// Truncated is set when the answer stopped at max_tokens
+	// (finish_reason "length") and the run keeps such answers.
+	Truncated bool `msgpack:"truncated,omitempty"`
 	// PromptTokens and CompletionTokens are the backend's usage figures;
 	// completion tokens include reasoning tokens.
 	PromptTokens     int    `msgpack:"prompt_tokens"`
@@ -66,7 +75,70 @@ const (
 	ReasonExhausted = "retries-exhausted"
 	// ReasonPoison: the prompt message itself could not be decoded.
 	ReasonPoison = "poison"
+	// ReasonTruncated: the answer hit max_tokens and the run's policy
+	// (OnLength "dead-letter", or "retry" past its cap) does not keep it.
+	ReasonTruncated = "truncated"
 )
+
+// Reasons lists every dead-letter reason class.
+var Reasons = []string{ReasonPermanent, ReasonExhausted, ReasonPoison, ReasonTruncated}
+
+// What to do with an answer cut at max_tokens (finish_reason "length").
+const (
+	// OnLengthKeep writes it to completions.jsonl, flagged truncated.
+	OnLengthKeep = "keep"
+	// OnLengthDeadLetter sends it to failed.jsonl instead.
+	OnLengthDeadLetter = "dead-letter"
+	// OnLengthRetry asks again with twice the max_tokens, up to
+	// Policy.LengthRetryMaxTokens, then dead-letters it.
+	OnLengthRetry = "retry"
+)
+
+// DefaultMaxAttempts is how many failures attributable to a prompt (a
+// 500, a timeout, a cut stream while the backend is otherwise healthy)
+// it may have before it is dead-lettered. Failures during a backend
+// outage do not count: they say nothing about the prompt.
+const DefaultMaxAttempts = 5
+
+// Policy is how a run treats failures and truncated answers. It is part
+// of the manifest so that every worker applies the same; the zero value
+// means the defaults: 5 attempts, keep truncated answers.
+type Policy struct {
+	MaxAttempts int    `json:"max_attempts,omitempty"`
+	OnLength    string `json:"on_length,omitempty"`
+	// LengthRetryMaxTokens caps max_tokens when OnLength is "retry"; zero
+	// means four times the run's max_tokens.
+	LengthRetryMaxTokens int `json:"length_retry_max_tokens,omitempty"`
+}
+
+// Attempts is MaxAttempts or its default.
+func (p Policy) Attempts() int {
+	if p.MaxAttempts > 0 {
+		return p.MaxAttempts
+	}
+	return DefaultMaxAttempts
+}
+
+// Length is OnLength or its default.
+func (p Policy) Length() string {
+	if p.OnLength == "" {
+		return OnLengthKeep
+	}
+	return p.OnLength
+}
+
+// Validate checks the policy's values.
+func (p Policy) Validate() error {
+	switch p.Length() {
+	case OnLengthKeep, OnLengthDeadLetter, OnLengthRetry:
+	default:
+		return fmt.Errorf("on-length %q: use keep, dead-letter or retry", p.OnLength)
+	}
+	if p.MaxAttempts < 0 || p.LengthRetryMaxTokens < 0 {
+		return fmt.Errorf("max attempts and length retry max tokens must not be negative")
+	}
+	return nil
+}
 
 // DeadLetter records why a prompt could not be completed. It keeps the
 // prompt, so replay needs nothing else.
@@ -100,6 +172,7 @@ type Manifest struct {
 	Run       string    `json:"run"`
 	Model     string    `json:"model"`
 	Params    Params    `json:"params"`
+	Policy    Policy    `json:"policy"`
 	Total     int       `json:"total"`
 	Source    string    `json:"source"`
 	Producer  string    `json:"producer"`

@@ -169,9 +169,11 @@ type errorInfo struct {
 
 // Error types vLLM uses for the statuses the simulator returns.
 var errorTypes = map[int]string{
-	http.StatusBadRequest:         "BadRequestError",
-	http.StatusNotFound:           "NotFoundError",
-	http.StatusServiceUnavailable: "ServiceUnavailableError",
+	http.StatusBadRequest:          "BadRequestError",
+	http.StatusNotFound:            "NotFoundError",
+	http.StatusTooManyRequests:     "RateLimitError",
+	http.StatusInternalServerError: "InternalServerError",
+	http.StatusServiceUnavailable:  "ServiceUnavailableError",
 }
 
 // writeError sends an error body with status; param names the offending

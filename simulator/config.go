@@ -73,9 +73,10 @@ type Config struct {
 	// Default "reasoning".
 	ReasoningField string
 
-	// Seed changes every answer's length and text. Lengths and text are
-	// deterministic per prompt content and seed. Zero is a valid seed
-	// and the default.
+	// Seed changes every answer's length and text, and which requests
+	// get injected faults. Lengths, text and faults are deterministic
+	// per prompt content and seed. Zero is a valid seed and the
+	// default.
 	Seed int64
 
 	// StepBase and StepPerSeq give the simulated time of one decode
@@ -113,6 +114,10 @@ type Config struct {
 	// preempted. Default 1,000,000, so the calibrated steady state
 	// (about 740,000 tokens held) reads about 0.7.
 	KVCacheTokens int
+
+	// Faults injects errors, hangs, disconnects, slow first bytes and
+	// outages. The zero value injects nothing.
+	Faults Faults
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -204,6 +209,7 @@ func (c Config) Validate() error {
 	if c.KVCacheTokens < 1 {
 		bad("kv cache tokens must be >= 1, got %d", c.KVCacheTokens)
 	}
+	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func TestWithDefaults(t *testing.T) {
 		OutputMedian: DefaultOutputMedian, OutputSigma: DefaultOutputSigma,
 		ReasoningShare: DefaultReasoningShare, KVCacheTokens: DefaultKVCacheTokens,
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
 	}
 	if err := got.Validate(); err != nil {

@@ -15,6 +15,13 @@
 // approximates Kimi-K2.5 INT4 on eight PCIe GPUs under vLLM with 200
 // concurrent clients; the arithmetic is in docs/simulator.md.
 //
+// On request (Config.Faults) it also fails the way a long run does:
+// injected 429, 500, 503 and context length errors, requests that hang
+// or lose their connection mid-answer, slow first bytes, and outages in
+// which connections are refused or every request gets 503, on a
+// schedule or through /admin/outage. Which requests are hit is
+// deterministic per seed, prompt and attempt, so a retry can succeed.
+//
 // A Server is built with New, its engine runs in Run, and Handler serves
 // HTTP; Serve does both on a listener.
 package simulator

@@ -27,19 +27,46 @@ func badRequest(param, format string, args ...any) *requestError {
 // job is an accepted request.
 type job struct {
 	req       chatRequest
-	prompt    int // prompt tokens
-	maxTokens int // completion limit after defaults
+	prompt    int  // prompt tokens
+	limit     *int // completion limit as requested; nil if none
+	maxTokens int  // completion limit after defaults
 	id        string
 	created   int64
+
+	// outage is closed once an outage is on; the request is then cut.
+	outage <-chan struct{}
+	// cutAt is, for an injected disconnect, how many tokens are sent
+	// before the connection is cut; -1 otherwise.
+	cutAt int
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	outage := s.outages.watch()
 	j, rerr := s.parseChat(w, r)
 	if rerr != nil {
 		writeError(w, rerr.status, rerr.param, rerr.message)
 		return
 	}
+	j.outage, j.cutAt = outage, -1
+	plan := s.injector.plan(j.req.Messages)
+	if plan.slow && !s.delayFirstByte(w, r, outage) {
+		return
+	}
+	switch plan.kind {
+	case fault429, fault500, fault503:
+		s.replyStatus(w, plan.kind)
+		return
+	case fault400:
+		s.replyContextLength(w, j)
+		return
+	case faultHang:
+		s.hang(w, r, outage)
+		return
+	}
 	seq := newSequence(j.prompt, s.cfg.plan(j.req.Messages, j.maxTokens))
+	if plan.kind == faultDisconnect {
+		j.cutAt = plan.cutAfter(seq.answer.tokens)
+	}
 	if err := s.eng.submit(seq); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", "The engine is not running.")
 		return
@@ -49,6 +76,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.complete(w, r, j, seq)
+}
+
+// contextLengthError is vLLM's refusal of a prompt of prompt tokens
+// with completion limit (nil if none was given) that does not fit in
+// maxLen tokens.
+func contextLengthError(maxLen, prompt int, limit *int) *requestError {
+	if limit != nil {
+		return badRequest("", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			maxLen, prompt+*limit, prompt, *limit)
+	}
+	return badRequest("", "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
+		maxLen, prompt)
 }
 
 // parseChat decodes and checks a request the way vLLM does, in the same
@@ -84,20 +123,16 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	}
 
 	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix()}
-	limit := req.MaxTokens
+	j.limit = req.MaxTokens
 	if req.MaxCompletionTokens != nil {
-		limit = req.MaxCompletionTokens // newer name wins, as in vLLM
+		j.limit = req.MaxCompletionTokens // newer name wins, as in vLLM
 	}
 	maxLen := s.cfg.MaxModelLen
-	switch {
+	switch limit := j.limit; {
 	case limit != nil && *limit < 1:
 		return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d.", *limit)
-	case limit != nil && j.prompt+*limit > maxLen:
-		return nil, badRequest("", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			maxLen, j.prompt+*limit, j.prompt, *limit)
-	case limit == nil && j.prompt >= maxLen:
-		return nil, badRequest("", "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
-			maxLen, j.prompt)
+	case limit != nil && j.prompt+*limit > maxLen, limit == nil && j.prompt >= maxLen:
+		return nil, contextLengthError(maxLen, j.prompt, limit)
 	case limit != nil:
 		j.maxTokens = *limit
 	default:
@@ -108,17 +143,38 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 }
 
 // complete answers a non-streaming request once the sequence is done.
-// A client that leaves first frees its slot or queue place at once.
+// A client that leaves first frees its slot or queue place at once. An
+// injected disconnect closes the connection, unanswered, once the
+// answer has reached its cut.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
-	select {
-	case <-seq.done:
-	case <-r.Context().Done():
-		s.eng.cancel(seq)
-		return
+	var progress <-chan struct{}
+	if j.cutAt >= 0 {
+		progress = seq.notify
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-seq.done:
+			waiting = false
+		case <-progress:
+			if int(seq.tokens.Load()) >= j.cutAt {
+				s.disconnect(seq)
+			}
+		case <-r.Context().Done():
+			s.eng.cancel(seq)
+			s.left(j.outage)
+			return
+		case <-j.outage:
+			s.eng.cancel(seq)
+			s.cut(w, false)
+			return
+		}
 	}
 	if seq.err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
 		return
+	}
+	if j.cutAt >= 0 {
+		s.disconnect(seq)
 	}
 	a := seq.answer
 	inline := s.cfg.ReasoningField == ReasoningFieldThink
@@ -142,4 +198,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 		Choices: []completionChoice{{Message: msg, FinishReason: a.finishReason}},
 		Usage:   makeUsage(j.prompt, a.tokens),
 	})
+}
+
+// disconnect cuts the connection of a request with an injected
+// disconnect, freeing its slot.
+func (s *Server) disconnect(seq *sequence) {
+	s.eng.cancel(seq)
+	s.counts.add(faultDisconnect)
+	abortConnection()
 }

@@ -35,8 +35,25 @@ type testServer struct {
 	url string
 }
 
-// startServer builds a server from cfg and serves it until the test ends.
+// startServer builds a server from cfg, serves it until the test ends
+// and waits until it is healthy.
 func startServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	ts := serveOn(t, cfg)
+	eventually(t, 5*time.Second, "engine running", func() bool {
+		resp, err := http.Get(ts.url + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return ts
+}
+
+// serveOn builds a server from cfg and serves it on a loopback port
+// until the test ends.
+func serveOn(t *testing.T, cfg Config) *testServer {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
@@ -50,21 +67,16 @@ func startServer(t *testing.T, cfg Config) *testServer {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, l) }()
 	t.Cleanup(func() {
+		// A connection the client dialed but never used counts as
+		// active for 5 s in Shutdown; closing the idle ones first
+		// keeps cleanup short.
+		http.DefaultClient.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	ts := &testServer{Server: s, url: "http://" + l.Addr().String()}
-	eventually(t, 5*time.Second, "engine running", func() bool {
-		resp, err := http.Get(ts.url + "/health")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return ts
+	return &testServer{Server: s, url: "http://" + l.Addr().String()}
 }
 
 // userMessages is a one-turn conversation.

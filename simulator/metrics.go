@@ -7,22 +7,28 @@ import (
 )
 
 // collector exposes the engine's state under vLLM's metric names, read
-// at scrape time. Every metric has vLLM's model_name label.
+// at scrape time. Every vLLM metric has vLLM's model_name label. The
+// simulator's own aerie_sim_faults_injected_total{kind} counts injected
+// faults by kind (the labels of faultLabels), every kind listed from
+// the start.
 type collector struct {
-	eng *engine
+	eng    *engine
+	counts *faultCounts
 
 	running, waiting, kvUsage  *prometheus.Desc
 	preemptions, genTokens     *prometheus.Desc
 	promptTokens, successTotal *prometheus.Desc
+	faultsInjected             *prometheus.Desc
 }
 
-func newCollector(eng *engine, cfg Config) *collector {
+func newCollector(eng *engine, counts *faultCounts, cfg Config) *collector {
 	labels := prometheus.Labels{"model_name": cfg.Model}
 	desc := func(name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, variable, labels)
 	}
 	return &collector{
 		eng:          eng,
+		counts:       counts,
 		running:      desc("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting:      desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
@@ -30,11 +36,13 @@ func newCollector(eng *engine, cfg Config) *collector {
 		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
+		faultsInjected: prometheus.NewDesc("aerie_sim_faults_injected_total",
+			"Faults injected by the simulator, by kind.", []string{"kind"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.faultsInjected} {
 		ch <- d
 	}
 }
@@ -60,5 +68,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	slices.Sort(reasons)
 	for _, r := range reasons {
 		counter(c.successTotal, float64(byReason[r]), r)
+	}
+	for k := faultNone + 1; k < numFaultKinds; k++ {
+		counter(c.faultsInjected, float64(c.counts[k].Load()), faultLabels[k])
 	}
 }

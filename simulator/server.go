@@ -4,26 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// shutdownGrace is how long Serve lets requests in flight finish after
-// its context ends, with the engine still running, before it stops the
-// engine and closes the connections left.
-const shutdownGrace = 5 * time.Second
-
 // Server is a simulated vLLM server. Its engine runs in Run (or Serve);
 // requests that arrive before Run starts wait for it.
 type Server struct {
-	cfg     Config
-	eng     *engine
-	handler http.Handler
-	created int64 // Unix time of New, reported as the model's creation
+	cfg      Config
+	eng      *engine
+	handler  http.Handler
+	created  int64 // Unix time of New, reported as the model's creation
+	counts   *faultCounts
+	injector *injector
+	outages  *outageSwitch
+
+	ran      atomic.Bool
+	stopping chan struct{} // closed when the server stops: hung requests end
+	stopOnce sync.Once
 }
 
 // New applies defaults to cfg, validates it and builds a server.
@@ -32,9 +35,18 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, eng: newEngine(cfg), created: time.Now().Unix()}
+	counts := new(faultCounts)
+	s := &Server{
+		cfg:      cfg,
+		eng:      newEngine(cfg),
+		created:  time.Now().Unix(),
+		counts:   counts,
+		injector: newInjector(cfg),
+		outages:  newOutageSwitch(cfg.Speed, counts),
+		stopping: make(chan struct{}),
+	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(newCollector(s.eng, cfg)); err != nil {
+	if err := reg.Register(newCollector(s.eng, counts, cfg)); err != nil {
 		return nil, fmt.Errorf("simulator: registering metrics: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -42,69 +54,52 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	s.handler = mux
+	mux.HandleFunc("POST /admin/outage", s.handleOutageStart)
+	mux.HandleFunc("DELETE /admin/outage", s.handleOutageEnd)
+	mux.HandleFunc("GET /admin/faults", s.handleFaults)
+	s.handler = s.outageGate(mux)
 	return s, nil
 }
 
 // Config returns the configuration in use, defaults applied.
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler serves the OpenAI-compatible API, /health and /metrics.
+// Handler serves the OpenAI-compatible API, /health, /metrics and the
+// fault injection endpoints under /admin/.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Run runs the engine until ctx ends, then fails the requests still in
-// flight (503, or a stream cut short) and refuses new ones. It returns
-// nil when ctx ends and an error if called a second time: a server's
-// engine runs once.
+// Run runs the engine, and the outage schedule, until ctx ends, then
+// fails the requests still in flight (503, or a stream cut short) and
+// refuses new ones. It returns nil when ctx ends and an error if called
+// a second time: a server's engine runs once.
 func (s *Server) Run(ctx context.Context) error {
-	return s.eng.run(ctx)
+	if s.ran.Swap(true) {
+		return errors.New("simulator: engine already started; Run may be called once")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	s.outages.start(time.Now())
+	if len(s.cfg.Faults.Outages) > 0 {
+		wg.Go(func() { s.outages.runSchedule(ctx, s.cfg.Faults.Outages) })
+	}
+	err := s.eng.run(ctx)
+	cancel()
+	wg.Wait()
+	s.outages.end()
+	s.stop()
+	return err
 }
 
-// Serve runs the engine and serves HTTP on l until ctx ends. Then it
-// stops accepting connections, gives requests in flight up to 5s to
-// finish, stops the engine and closes what is left. It returns nil after
-// a shutdown that ctx asked for.
-func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEngine()
-	runDone := make(chan error, 1)
-	go func() { runDone <- s.Run(engineCtx) }()
-
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 30 * time.Second}
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(l) }()
-
-	select {
-	case err := <-serveDone:
-		stopEngine()
-		<-runDone
-		return fmt.Errorf("simulator: serving on %s: %w", l.Addr(), err)
-	case err := <-runDone:
-		_ = srv.Close()
-		<-serveDone
-		return err
-	case <-ctx.Done():
-	}
-
-	graceCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	shutdownErr := srv.Shutdown(graceCtx)
-	stopEngine()
-	runErr := <-runDone
-	if shutdownErr != nil {
-		// Requests outlived the grace period; the engine has failed
-		// them, so closing now only cuts off what is still being sent.
-		_ = srv.Close()
-	}
-	if err := <-serveDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("simulator: serving on %s: %w", l.Addr(), err)
-	}
-	return runErr
+// stop ends the requests that would otherwise never end (hung ones and
+// those waiting out a slow first byte) by closing their connections.
+func (s *Server) stop() {
+	s.stopOnce.Do(func() { close(s.stopping) })
 }
 
 // Stats returns a snapshot of the engine.
 func (s *Server) Stats() Stats {
 	st, _ := s.eng.snapshot()
+	st.Faults = s.counts.snapshot()
 	return st
 }
 

@@ -19,6 +19,8 @@ type Stats struct {
 	// KVCacheUsage is the fraction of KVCacheTokens held by running
 	// sequences (prompt read so far plus tokens generated), at most 1.
 	KVCacheUsage float64
+	// Faults counts the faults injected so far.
+	Faults FaultCounts
 }
 
 // snapshot reads the engine's figures under its lock.
@@ -48,4 +50,28 @@ func (e *engine) snapshot() (Stats, map[string]int64) {
 		Aborted:          e.aborted,
 		KVCacheUsage:     min(float64(held)/float64(e.cfg.KVCacheTokens), 1),
 	}, byReason
+}
+
+// FaultCounts counts what the server injected (see Faults), so a test
+// can compare what its client saw with what was done to it.
+type FaultCounts struct {
+	// Status400, Status429, Status500 and Status503 count requests
+	// answered at once with that injected status.
+	Status400, Status429, Status500, Status503 int64
+	// Hang counts requests left unanswered.
+	Hang int64
+	// Disconnect counts answers cut part way (counted when cut, so a
+	// client that left first is not counted).
+	Disconnect int64
+	// SlowFirstByte counts requests whose first byte was delayed.
+	SlowFirstByte int64
+	// OutageRefuse and Outage503 count outages begun, by mode.
+	OutageRefuse, Outage503 int64
+	// OutageRejected counts requests that arrived during an outage:
+	// answered 503, or closed unanswered in a refuse outage (only with
+	// Handler alone, or on a connection made just before the listener
+	// closed; refused connections never reach the server).
+	OutageRejected int64
+	// OutageCut counts requests in flight when an outage began.
+	OutageCut int64
 }

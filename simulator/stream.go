@@ -27,7 +27,8 @@ type streamer struct {
 
 // stream serves a streaming request. As with vLLM the response (headers
 // included) starts only when the first token exists, so a queued request
-// looks like a slow connection.
+// looks like a slow connection. An outage or an injected disconnect ends
+// the stream without a finish reason or [DONE].
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
 	st := &streamer{
 		w:      w,
@@ -48,6 +49,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 		case <-seq.done:
 		case <-r.Context().Done():
 			s.eng.cancel(seq)
+			s.left(j.outage)
+			return
+		case <-j.outage:
+			s.eng.cancel(seq)
+			s.cut(w, started)
 			return
 		}
 		finished := isClosed(seq.done)
@@ -69,6 +75,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 			w.WriteHeader(http.StatusOK)
 			empty := ""
 			st.add(delta{Role: "assistant", Content: &empty}, nil, 0)
+		}
+		if j.cutAt >= 0 && n >= j.cutAt {
+			// An injected disconnect: what was generated up to the
+			// cut goes out, then the connection closes.
+			st.addTokens(j.cutAt, false)
+			_ = st.flush()
+			s.disconnect(seq)
 		}
 		st.addTokens(n, finished)
 		if finished {

@@ -32,6 +32,11 @@ const (
 	// back as a burst.
 	DefaultRetryBase = 5 * time.Second
 	DefaultRetryMax  = 5 * time.Minute
+	// DefaultOutageRetry is the delay of a prompt handed back while this
+	// worker's backend is down: long enough not to spin through the
+	// workers of a backend that is down for everyone, short enough that a
+	// healthy worker elsewhere takes it soon.
+	DefaultOutageRetry = 5 * time.Second
 )
 
 // Config configures a worker. Zero fields take the defaults above.
@@ -54,6 +59,12 @@ type Config struct {
 	PullWait time.Duration
 	// RetryBase and RetryMax shape the delay of a transient retry.
 	RetryBase, RetryMax time.Duration
+	// OutageRetry is the delay of a prompt handed back during an outage.
+	OutageRetry time.Duration
+	// BreakerThreshold is the number of consecutive backend failures that
+	// stops pulling until /health answers again; zero means
+	// DefaultBreakerThreshold.
+	BreakerThreshold int
 	// Provision is used if the run's consumer does not exist yet.
 	Provision provision.Options
 	// Logger; nil means slog.Default().
@@ -83,6 +94,12 @@ func (c Config) withDefaults() Config {
 	if c.RetryMax == 0 {
 		c.RetryMax = DefaultRetryMax
 	}
+	if c.OutageRetry == 0 {
+		c.OutageRetry = DefaultOutageRetry
+	}
+	if c.BreakerThreshold == 0 {
+		c.BreakerThreshold = DefaultBreakerThreshold
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -100,7 +117,7 @@ func (c Config) Validate() error {
 	if c.Window < 0 {
 		return fmt.Errorf("worker: window must be positive, got %d", c.Window)
 	}
-	if c.Grace < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 {
+	if c.Grace < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.OutageRetry < 0 || c.BreakerThreshold < 0 {
 		return errors.New("worker: durations must not be negative")
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,6 +22,14 @@ type fakeLLM struct {
 	status func(prompt string, n int) int
 	// duration spreads the answer's tokens over this long.
 	duration time.Duration
+	// down, while set, makes the server answer everything, /health
+	// included, with 503, as a vLLM server that lost its engine.
+	down atomic.Bool
+	// truncateBelow, if set, answers requests whose max_tokens is below
+	// it with finish_reason "length".
+	truncateBelow int
+	// onMaxTokens sees every request's max_tokens.
+	onMaxTokens func(int)
 
 	mu          sync.Mutex
 	inFlight    int
@@ -48,18 +57,33 @@ func (f *fakeLLM) count(prompt string) int {
 }
 
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.down.Load() {
+		http.Error(w, `{"error":{"message":"engine dead","type":"ServiceUnavailableError","code":503}}`, 503)
+		return
+	}
+	if r.URL.Path == "/health" {
+		return // 200, empty body, as vLLM
+	}
 	if r.URL.Path == "/v1/models" {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"test-model","object":"model","max_model_len":8192}]}`)
 		return
 	}
 	var req struct {
-		Messages []struct{ Content string } `json:"messages"`
+		Messages  []struct{ Content string } `json:"messages"`
+		MaxTokens int                        `json:"max_tokens"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
 		http.Error(w, `{"error":{"message":"bad request","type":"BadRequestError","code":400}}`, 400)
 		return
 	}
 	prompt := req.Messages[len(req.Messages)-1].Content
+	if f.onMaxTokens != nil {
+		f.onMaxTokens(req.MaxTokens)
+	}
+	finish := "stop"
+	if req.MaxTokens > 0 && req.MaxTokens < f.truncateBelow {
+		finish = "length"
+	}
 	f.mu.Lock()
 	f.requests[prompt]++
 	n := f.requests[prompt]
@@ -111,7 +135,7 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}}]}`)
 	}
 	tokens++
-	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"content":"answer to ` + prompt + `"},"finish_reason":"stop"}]}`)
+	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"content":"answer to ` + prompt + `"},"finish_reason":"` + finish + `"}]}`)
 	send(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, tokens, tokens+5))
 	send("[DONE]")
 }

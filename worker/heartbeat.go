@@ -36,6 +36,9 @@ func (w *Worker) heartbeat() schema.Heartbeat {
 		hb.InFlightTokens = append(hb.InFlightTokens, int(v.(*flight).tokens.Load()))
 		return true
 	})
+	if open, reason := w.breaker.isOpen(); open {
+		hb.Paused, hb.PausedReason = true, reason
+	}
 	if r := w.paused.Load(); r != nil {
 		hb.Paused, hb.PausedReason = true, *r
 	}

@@ -3,8 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/openai"
@@ -17,47 +20,87 @@ type outcome int
 const (
 	// done: publish the result, then acknowledge.
 	done outcome = iota
-	// retry: hand the prompt back with a delay (transient failure).
+	// retry: count the failure against the prompt, then hand it back with
+	// a delay (or dead-letter it when its attempts are used up).
 	retry
+	// outage: hand the prompt back without counting: its backend is down.
+	outage
 	// handBack: hand the prompt back at once (this worker is stopping).
 	handBack
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
 )
 
-// decide maps an attempt's error to an outcome. lastAttempt is true when
-// JetStream will not deliver the prompt again.
-func decide(err error, lastAttempt bool) (outcome, string) {
+// truncatedError is an answer cut at max_tokens that the run's policy does
+// not keep.
+type truncatedError struct {
+	maxTokens, completionTokens int
+}
+
+func (e *truncatedError) Error() string {
+	return fmt.Sprintf("answer truncated at max_tokens %d (%d completion tokens) and the run's on-length policy does not keep it", e.maxTokens, e.completionTokens)
+}
+
+// tooLargeError is an answer larger than the NATS server's max_payload.
+type tooLargeError struct{ err error }
+
+func (e *tooLargeError) Error() string { return e.err.Error() }
+func (e *tooLargeError) Unwrap() error { return e.err }
+
+// decide maps an attempt's error to an outcome. lastDelivery is true when
+// JetStream will not deliver the prompt again; backendDown is true when
+// the worker's breaker is open, so the failure is the backend's.
+func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	if err == nil {
 		return done, ""
 	}
-	if isPoison(err) {
+	var trunc *truncatedError
+	var large *tooLargeError
+	switch {
+	case isPoison(err):
 		return deadLetter, schema.ReasonPoison
+	case errors.As(err, &trunc):
+		return deadLetter, schema.ReasonTruncated
+	case errors.As(err, &large):
+		return deadLetter, schema.ReasonPermanent
 	}
 	switch openai.Classify(err) {
 	case openai.Permanent:
 		return deadLetter, schema.ReasonPermanent
 	case openai.Canceled:
 		return handBack, ""
-	default: // Transient, and Auth: a configuration problem, not the prompt's
-		if lastAttempt {
-			return deadLetter, schema.ReasonExhausted
-		}
-		return retry, ""
 	}
+	// Transient, and Auth: a configuration problem, not the prompt's.
+	switch {
+	case lastDelivery:
+		return deadLetter, schema.ReasonExhausted
+	case backendDown:
+		return outage, ""
+	}
+	return retry, ""
 }
 
 // settle ends one attempt with exactly one acknowledgement call.
-func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, comp *openai.Completion, err error) {
+func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, a *answer, err error) {
 	last := w.maxDeliver > 0 && attempt >= w.maxDeliver
-	what, reason := decide(err, last)
-	log := w.log.With("subject", msg.Subject(), "attempt", attempt)
+	down, _ := w.breaker.isOpen()
+	what, reason := decide(err, last, down)
+	log := w.log.With("subject", msg.Subject(), "delivery", attempt)
 	if p != nil {
 		log = log.With("id", p.ID)
 	}
+	var delay time.Duration
+	if what == retry {
+		what, reason, delay = w.countAgainst(ctx, p, attempt, err, log)
+	}
 	switch what {
 	case done:
-		if perr := w.publishResult(ctx, msg, attempt, p, comp); perr != nil {
+		if perr := w.publishResult(ctx, attempt, p, a); perr != nil {
+			if errors.Is(perr, nats.ErrMaxPayload) {
+				// Asking again gives an answer as large: record why instead.
+				w.settle(ctx, msg, attempt, p, nil, &tooLargeError{perr})
+				return
+			}
 			if ctx.Err() != nil {
 				w.nak(msg, 0, log)
 				return
@@ -73,13 +116,11 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *
 		}
 		w.completed.Add(1)
 	case retry:
-		if openai.Classify(err) == openai.Auth {
-			log.Error("backend refused our credentials; check --api-key-file / AERIE_API_KEY", "err", err)
-		} else {
-			log.Warn("transient failure; will retry", "err", err)
-		}
 		w.retried.Add(1)
-		w.nak(msg, retryDelay(attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
+		w.nak(msg, delay, log)
+	case outage:
+		w.handedBack.Add(1)
+		w.nak(msg, w.cfg.OutageRetry, log)
 	case handBack:
 		w.nak(msg, 0, log)
 	case deadLetter:
@@ -96,7 +137,29 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *
 	}
 }
 
-func (w *Worker) nak(msg jetstream.Msg, delay time.Duration, log interface{ Warn(string, ...any) }) {
+// countAgainst records a failure that is the prompt's own and either hands
+// the prompt back with a delay growing with its failures, or, when they
+// reach the run's MaxAttempts, says to dead-letter it.
+func (w *Worker) countAgainst(ctx context.Context, p *schema.Prompt, delivery int, err error, log *slog.Logger) (outcome, string, time.Duration) {
+	n, cerr := w.countFailure(context.WithoutCancel(ctx), p.ID)
+	if cerr != nil {
+		// Without the count, fall back on the delivery count, which can
+		// only overstate the prompt's failures.
+		log.Warn("cannot count the failure; using the delivery count", "err", cerr)
+		n = delivery
+	}
+	if n >= w.manifest.Policy.Attempts() {
+		return deadLetter, schema.ReasonExhausted, 0
+	}
+	if openai.Classify(err) == openai.Auth {
+		log.Error("backend refused our credentials; check --api-key-file / AERIE_API_KEY", "err", err)
+	} else {
+		log.Warn("transient failure; will retry", "failures", n, "err", err)
+	}
+	return retry, "", retryDelay(n, w.cfg.RetryBase, w.cfg.RetryMax)
+}
+
+func (w *Worker) nak(msg jetstream.Msg, delay time.Duration, log *slog.Logger) {
 	var err error
 	if delay > 0 {
 		err = msg.NakWithDelay(delay)

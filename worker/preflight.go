@@ -37,8 +37,11 @@ func (w *Worker) checkBackend(ctx context.Context) error {
 			}
 			return nil
 		}
-		if openai.Classify(err) == openai.Canceled || ctx.Err() != nil {
+		switch openai.Classify(err) {
+		case openai.Canceled:
 			return ctx.Err()
+		case openai.Auth:
+			return fmt.Errorf("worker %s: the backend refused our credentials (%w): check --api-key-file or AERIE_API_KEY", w.cfg.Name, err)
 		}
 		d := retryDelay(attempt, time.Second, 30*time.Second)
 		w.log.Warn("backend not answering yet; waiting before pulling prompts", "err", err, "retry_in", d.Round(time.Millisecond))

@@ -19,11 +19,14 @@ import (
 // time is worth a few more seconds.
 const publishBudget = time.Minute
 
-func (w *Worker) publishResult(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, c *openai.Completion) error {
+func (w *Worker) publishResult(ctx context.Context, attempt int, p *schema.Prompt, c *answer) error {
+	params := w.manifest.Params
+	params.MaxTokens = c.maxTokens
 	r := &schema.Result{
 		Run: w.cfg.Run, ID: p.ID, Messages: p.Messages,
-		Model: w.manifest.Model, Params: w.manifest.Params,
+		Model: w.manifest.Model, Params: params,
 		Reasoning: c.Reasoning, Content: c.Content, FinishReason: c.FinishReason,
+		Truncated:    c.FinishReason == "length",
 		PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens,
 		Worker: w.cfg.Name, Attempts: attempt,
 		TTFTMillis: c.TTFT.Milliseconds(), LatencyMs: c.Latency.Milliseconds(),

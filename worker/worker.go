@@ -44,11 +44,14 @@ type Worker struct {
 
 	slots    chan struct{} // one token per free window slot
 	inFlight sync.Map      // *flight by stream sequence
+	attempts jetstream.KeyValue
+	breaker  *breaker
 
 	tokens       atomic.Int64
 	completed    atomic.Int64
 	deadLettered atomic.Int64
 	retried      atomic.Int64
+	handedBack   atomic.Int64 // prompts handed back during outages
 	held         atomic.Int64 // messages delivered and not yet settled
 	maxHeld      atomic.Int64
 	paused       atomic.Pointer[string]
@@ -79,6 +82,17 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	for range cfg.Window {
 		w.slots <- struct{}{}
 	}
+	probe := func(context.Context) error { return nil }
+	if h, ok := backend.(interface{ Health(context.Context) error }); ok {
+		probe = h.Health
+	}
+	w.breaker = newBreaker(cfg.BreakerThreshold, probe, func(open bool, reason string) {
+		if open {
+			w.log.Warn("backend down: pausing; handing back prompts that fail and probing /health", "reason", reason)
+		} else {
+			w.log.Info("backend healthy again: resuming", "paused_total", w.breaker.pausedFor().Round(time.Millisecond))
+		}
+	})
 	return w, nil
 }
 
@@ -89,6 +103,10 @@ func (w *Worker) Name() string { return w.cfg.Name }
 type Stats struct {
 	InFlight, MaxInFlight                          int
 	TokensStreamed, Completed, DeadLettered, Retry int64
+	// HandedBack counts prompts handed back because the backend was down;
+	// Paused is the total time spent with the breaker open.
+	HandedBack int64
+	Paused     time.Duration
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
@@ -98,6 +116,7 @@ func (w *Worker) Stats() Stats {
 		InFlight: int(w.held.Load()), MaxInFlight: int(w.maxHeld.Load()),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
+		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
 	}
 }
 
@@ -113,6 +132,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.manifest = m
+	if w.attempts, err = provision.AttemptsBucket(ctx, w.js, w.cfg.Provision); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker %s: %w", w.cfg.Name, err)
+	}
 	if err := w.checkBackend(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -141,6 +166,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopWork()
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeats(work) }()
+	go w.breaker.run(work)
 
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
@@ -161,7 +187,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-hbDone
 	w.publishHeartbeat() // the final counters
 	s := w.Stats()
-	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry, "tokens", s.TokensStreamed)
+	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
+		"handed_back", s.HandedBack, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
 	return nil
 }
 
@@ -173,6 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.WaitGroup, work context.Context) {
 	var failures int
 	for {
+		w.breaker.wait(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -30,14 +30,19 @@ type bundle struct {
 
 func setup(t *testing.T, prompts int, opts provision.Options) *bundle {
 	t.Helper()
+	return setupRun(t, schema.Manifest{Run: "test"}, prompts, opts)
+}
+
+func setupRun(t *testing.T, m schema.Manifest, prompts int, opts provision.Options) *bundle {
+	t.Helper()
 	srv, _, js := brokertest.Provisioned(t)
-	b := &bundle{srv: srv, js: js, run: "test"}
+	b := &bundle{srv: srv, js: js, run: m.Run}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := provision.WorkersConsumer(ctx, js, b.run, opts); err != nil {
 		t.Fatal(err)
 	}
-	brokertest.Queue(t, js, schema.Manifest{Run: b.run}, brokertest.Prompts(prompts))
+	brokertest.Queue(t, js, m, brokertest.Prompts(prompts))
 	return b
 }
 
@@ -416,5 +421,87 @@ func TestWrongModelIsAStartupError(t *testing.T) {
 	}
 	if f.count("question p0000") != 0 || b.consumer(t).NumAckPending != 0 {
 		t.Fatal("the worker pulled prompts before checking its backend")
+	}
+}
+
+// A backend outage in the middle of a run pauses the worker instead of
+// burning the prompts' attempts: nothing is dead-lettered, everything
+// completes once the backend is back, and the worker reports the pause.
+func TestOutagePausesInsteadOfDeadLettering(t *testing.T) {
+	const n = 300
+	b := setup(t, n, provision.Options{MaxDeliver: 4})
+	f, url := newFakeLLM(t, &fakeLLM{duration: 100 * time.Millisecond})
+	w, _ := b.start(t, worker.Config{Window: 20, OutageRetry: 50 * time.Millisecond}, url)
+	brokertest.Eventually(t, 30*time.Second, func() bool { return b.resultCount(t) >= n/3 }, "a third done")
+
+	f.down.Store(true)
+	brokertest.Eventually(t, 10*time.Second, func() bool { return w.Stats().HandedBack > 0 }, "the worker to pause and hand back")
+	// Hold the outage well past what MaxDeliver 4 with retries would
+	// survive without the breaker.
+	deadline := time.Now().Add(2 * time.Second)
+	brokertest.Eventually(t, 5*time.Second, func() bool { return time.Now().After(deadline) }, "the outage to last")
+	f.down.Store(false)
+
+	b.waitSettled(t, 60*time.Second)
+	if got := b.resultCount(t); got != n {
+		t.Errorf("%d results, want %d", got, n)
+	}
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d dead letters after an outage, want 0", len(dead))
+	}
+	s := w.Stats()
+	if s.Paused < time.Second {
+		t.Errorf("paused for %v, the outage lasted 2s", s.Paused)
+	}
+	t.Logf("handed back %d prompts, paused %v, retried %d", s.HandedBack, s.Paused.Round(time.Millisecond), s.Retry)
+}
+
+// The run's on-length policy: retry asks again with twice max_tokens;
+// dead-letter sends a truncated answer to the dead letters.
+func TestOnLengthPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy   string
+		wantDone bool
+	}{{schema.OnLengthRetry, true}, {schema.OnLengthDeadLetter, false}, {schema.OnLengthKeep, true}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			b := setupRun(t, schema.Manifest{Run: "len", Params: schema.Params{MaxTokens: 10},
+				Policy: schema.Policy{OnLength: tc.policy, LengthRetryMaxTokens: 40}}, 2, provision.Options{})
+			var budgets []int
+			var mu sync.Mutex
+			_, url := newFakeLLM(t, &fakeLLM{truncateBelow: 30, onMaxTokens: func(n int) {
+				mu.Lock()
+				budgets = append(budgets, n)
+				mu.Unlock()
+			}})
+			b.start(t, worker.Config{Window: 2}, url)
+			b.waitSettled(t, 20*time.Second)
+			res := b.results(t)
+			if tc.wantDone != (len(res) == 2) {
+				t.Fatalf("%d results", len(res))
+			}
+			switch tc.policy {
+			case schema.OnLengthRetry:
+				for _, r := range res {
+					if r.FinishReason != "stop" || r.Params.MaxTokens != 40 || r.Truncated {
+						t.Errorf("retried result: finish %s, max_tokens %d, truncated %v", r.FinishReason, r.Params.MaxTokens, r.Truncated)
+					}
+				}
+				if len(budgets) != 6 { // 10, 20, 40 for each of 2 prompts
+					t.Errorf("budgets asked: %v", budgets)
+				}
+			case schema.OnLengthKeep:
+				for _, r := range res {
+					if !r.Truncated || r.FinishReason != "length" {
+						t.Errorf("kept result not flagged: %+v", r)
+					}
+				}
+			case schema.OnLengthDeadLetter:
+				for id, d := range deadLetters(t, b) {
+					if d.Reason != schema.ReasonTruncated {
+						t.Errorf("%s: reason %s", id, d.Reason)
+					}
+				}
+			}
+		})
 	}
 }

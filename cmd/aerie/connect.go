@@ -20,7 +20,9 @@ func connect(nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstrea
 		nats.ReconnectWait(time.Second),
 		nats.RetryOnFailedConnect(false),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("disconnected from NATS", "err", err)
+			if err != nil { // nil: we closed the connection ourselves
+				log.Warn("disconnected from NATS", "err", err)
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())

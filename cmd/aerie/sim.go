@@ -22,12 +22,29 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", d.MaxNumSeqs, "running sequences cap (vLLM --max-num-seqs); the rest queue FIFO")
 	fs.Float64Var(&c.Speed, prefix+"speed", d.Speed, "time scale: 200 runs simulated time 200x faster than wall time")
 	fs.StringVar(&c.ReasoningField, prefix+"reasoning-field", d.ReasoningField, "where reasoning goes: reasoning, reasoning_content or think (inline <think>)")
-	fs.Int64Var(&c.Seed, prefix+"seed", d.Seed, "seed for answer lengths and text")
+	fs.Int64Var(&c.Seed, prefix+"seed", d.Seed, "seed for answer lengths, text and injected faults")
 	fs.IntVar(&c.OutputMedian, prefix+"output-median", d.OutputMedian, "median completion tokens")
 	fs.Float64Var(&c.OutputSigma, prefix+"output-sigma", d.OutputSigma, "lognormal sigma of completion tokens")
 	fs.DurationVar(&c.StepBase, prefix+"step-base", d.StepBase, "decode step time at batch size 0 (simulated)")
 	fs.DurationVar(&c.StepPerSeq, prefix+"step-per-seq", d.StepPerSeq, "decode step time added per running sequence (simulated)")
 	fs.DurationVar(&c.PrefillPerToken, prefix+"prefill-per-token", d.PrefillPerToken, "engine time per prompt token (simulated)")
+	f := &c.Faults
+	fs.Float64Var(&f.Rate429, prefix+"fault-429", 0, "share of requests answered 429 with Retry-After (fault injection; 0-1)")
+	fs.Float64Var(&f.Rate500, prefix+"fault-500", 0, "share of requests answered 500 (fault injection; 0-1)")
+	fs.Float64Var(&f.Rate503, prefix+"fault-503", 0, "share of requests answered 503 with Retry-After (fault injection; 0-1)")
+	fs.Float64Var(&f.Rate400, prefix+"fault-400", 0, "share of requests refused with vLLM's context length 400, which clients treat as permanent (fault injection; 0-1)")
+	fs.Float64Var(&f.HangRate, prefix+"fault-hang", 0, "share of requests never answered, until the client gives up (fault injection; 0-1)")
+	fs.Float64Var(&f.DisconnectRate, prefix+"fault-disconnect", 0, "share of requests whose connection is cut mid-answer, without [DONE] (fault injection; 0-1)")
+	fs.DurationVar(&f.SlowFirstByte, prefix+"fault-slow-first-byte", 0, "delay of the first byte of slowed requests (simulated time; see --"+prefix+"fault-slow-first-byte-rate)")
+	fs.Float64Var(&f.SlowFirstByteRate, prefix+"fault-slow-first-byte-rate", 0, "share of requests whose first byte is delayed by --"+prefix+"fault-slow-first-byte (fault injection; 0-1)")
+	fs.Func(prefix+"outage", "outages START+DURATION:MODE,... in simulated time since start (repeatable); MODE refuse (connections refused) or 503 (every request 503), e.g. 30s+60s:refuse,300s+10s:503", func(spec string) error {
+		outages, err := simulator.ParseOutages(spec)
+		if err != nil {
+			return err
+		}
+		f.Outages = append(f.Outages, outages...)
+		return nil
+	})
 	return c
 }
 
