@@ -15,6 +15,7 @@ type completionLine struct {
 	Reasoning    string           `json:"reasoning"`
 	Content      string           `json:"content"`
 	FinishReason string           `json:"finish_reason"`
+	Truncated    bool             `json:"truncated,omitempty"`
 	Usage        usage            `json:"usage"`
 	Model        string           `json:"model"`
 	Params       schema.Params    `json:"params"`
@@ -33,9 +34,9 @@ type usage struct {
 func newCompletionLine(r *schema.Result) completionLine {
 	return completionLine{
 		ID: r.ID, Messages: r.Messages, Reasoning: r.Reasoning, Content: r.Content,
-		FinishReason: r.FinishReason,
-		Usage:        usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
-		Model:        r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
+		FinishReason: r.FinishReason, Truncated: r.Truncated,
+		Usage: usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
+		Model: r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,
 	}
 }

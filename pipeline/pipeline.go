@@ -44,6 +44,7 @@ type Config struct {
 	// model.
 	Model  string
 	Params schema.Params
+	Policy schema.Policy
 	// Workers and Window: defaults 1 and worker.DefaultWindow.
 	Workers int
 	Window  int
@@ -100,7 +101,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	pcfg := producer.Config{
 		Run: cfg.Run, PromptsFile: cfg.PromptsFile,
-		Params: cfg.Params, SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
+		Params: cfg.Params, Policy: cfg.Policy, SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
 	}
 
 	host, port, err := listenAddr(cfg.NATSListen)

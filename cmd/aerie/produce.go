@@ -31,6 +31,14 @@ func (sf *samplingFlags) params() schema.Params {
 	return schema.Params{MaxTokens: sf.maxTokens, Temperature: sf.temperature.v, TopP: sf.topP.v}
 }
 
+// addPolicyFlags binds the run's failure and truncation policy, which goes
+// into the manifest so that every worker applies the same.
+func addPolicyFlags(fs *flag.FlagSet, p *schema.Policy) {
+	fs.IntVar(&p.MaxAttempts, "max-attempts", schema.DefaultMaxAttempts, "failures of a prompt's own (not backend outages) before it is dead-lettered")
+	fs.StringVar(&p.OnLength, "on-length", schema.OnLengthKeep, "answers cut at max_tokens: keep (flagged truncated), dead-letter, or retry (twice the max_tokens, up to --length-retry-max-tokens)")
+	fs.IntVar(&p.LengthRetryMaxTokens, "length-retry-max-tokens", 0, "cap on max_tokens for --on-length retry (0: four times --max-tokens)")
+}
+
 func cmdProduce(ctx context.Context, args []string) error {
 	fs, lf := newFlags("produce", "--run NAME --prompts FILE --model M [--max-tokens N] [--temperature T] [--top-p P]")
 	nf := addNATSFlags(fs)
@@ -40,6 +48,8 @@ func cmdProduce(ctx context.Context, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "validate the file and print what would be queued; publish nothing")
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name as the backend serves it (required)")
+	var policy schema.Policy
+	addPolicyFlags(fs, &policy)
 	var prov provision.Options
 	fs.IntVar(&prov.Replicas, "replicas", 1, "stream replicas when the streams are created (3 on a three-node cluster)")
 	fs.DurationVar(&prov.AckWait, "ack-wait", provision.DefaultAckWait, "when the run's consumer is created: how long a silent worker keeps a prompt before it is redelivered (workers progress-ack every ack-wait/3)")
@@ -59,7 +69,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 		return errors.New("--prompts is required: a JSONL file of prompts")
 	}
 	cfg := producer.Config{
-		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(),
+		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(), Policy: policy,
 		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov,
 	}
 	if *dryRun {

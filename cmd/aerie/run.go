@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/aerie-dev/aerie/pipeline"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
 )
 
@@ -28,6 +29,8 @@ func cmdRun(ctx context.Context, args []string) error {
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name (default: the simulator's, or the backend's only model)")
+	var policy schema.Policy
+	addPolicyFlags(fs, &policy)
 	sim := addSimFlags(fs, "sim-")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -68,7 +71,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
 		Backend: *backend, APIKey: key, Sim: *sim,
-		Model: sf.model, Params: sf.params(),
+		Model: sf.model, Params: sf.params(), Policy: policy,
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Logger: log,
