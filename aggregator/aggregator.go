@@ -49,6 +49,25 @@ type Aggregator struct {
 	doneOnce sync.Once
 	last     sync.Mutex
 	snapshot schema.Throughput
+	writeErr string                // guarded by last
+	paused   map[string]pausedInfo // guarded by last
+}
+
+// pausedInfo is a worker's latest word that it is paused.
+type pausedInfo struct {
+	reason string
+	at     time.Time
+}
+
+// setWriteError records why output cannot be written (nil: it can again),
+// for the events.
+func (a *Aggregator) setWriteError(err error) {
+	a.last.Lock()
+	defer a.last.Unlock()
+	a.writeErr = ""
+	if err != nil {
+		a.writeErr = err.Error()
+	}
 }
 
 // New returns an aggregator; js must be connected.
@@ -102,6 +121,10 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
+	advisories, err := provision.AdvisoriesConsumer(ctx, a.js, a.cfg.Run)
+	if err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
 	sub, err := a.nc.Subscribe(schema.HeartbeatFilter(a.cfg.Run), a.onHeartbeat)
 	if err != nil {
 		return fmt.Errorf("aggregator: subscribe to heartbeats: %w", err)
@@ -114,11 +137,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	loopCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	for _, l := range []struct {
 		cons  jetstream.Consumer
 		write func([]jetstream.Msg) error
-	}{{results, a.writeResults}, {dead, a.writeDeadLetters}} {
+	}{{results, a.writeResults}, {dead, a.writeDeadLetters}, {advisories, a.writeAdvisories}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -213,4 +236,14 @@ func (a *Aggregator) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	a.est.Heartbeat(hb)
+	a.last.Lock()
+	defer a.last.Unlock()
+	if a.paused == nil {
+		a.paused = map[string]pausedInfo{}
+	}
+	if hb.Paused {
+		a.paused[hb.Worker] = pausedInfo{reason: hb.PausedReason, at: hb.Time}
+	} else {
+		delete(a.paused, hb.Worker)
+	}
 }

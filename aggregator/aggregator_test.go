@@ -21,7 +21,7 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+var quiet = slog.New(slog.DiscardHandler)
 
 const run = "agg"
 

@@ -31,7 +31,9 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		if len(msgs) > 0 {
 			if werr := write(msgs); werr != nil {
 				failures++
-				a.log.Error("cannot write output; not acknowledging, will retry", "err", werr, "attempt", failures)
+				a.setWriteError(werr)
+				a.log.Error("CANNOT WRITE OUTPUT: not acknowledging results until it works; free disk space or fix the data directory's permissions",
+					"err", werr, "attempt", failures, "retry_in", backoff(failures))
 				for _, m := range msgs {
 					_ = m.NakWithDelay(time.Second)
 				}
@@ -40,6 +42,10 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 				}
 				continue
 			}
+			if failures > 0 {
+				a.log.Info("writing output again", "after_attempts", failures)
+			}
+			a.setWriteError(nil)
 			failures = 0
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
@@ -72,21 +78,35 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // writeResults appends the new results of a batch to completions.jsonl,
 // fsyncs, and only then acknowledges the batch. Results whose id is
 // already written (a redelivery after a crash) are acknowledged and
-// skipped.
+// skipped. A result that cannot be decoded becomes a "poison" line in
+// failed.jsonl, named by the prompt id in its header. A prompt that had
+// failed and now completed (it was replayed) leaves failed.jsonl.
 func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	var ids []string
+	var buf, poisoned bytes.Buffer
+	enc, penc := newEncoder(&buf), newEncoder(&poisoned)
+	var ids, poisonIDs []string
 	var fresh []*schema.Result
+	recovered := map[string]bool{}
 	seen := make(map[string]bool)
 	for _, m := range msgs {
 		r, err := decodeResult(m)
 		if err != nil {
-			a.log.Error("discarding undecodable result message", "subject", m.Subject(),
-				"prompt_id", m.Headers().Get(schema.HeaderPromptID), "err", err)
+			id := m.Headers().Get(schema.HeaderPromptID)
+			if id == "" {
+				id = "subject:" + m.Subject()
+			}
+			a.log.Error("undecodable result message: recorded as poison in failed.jsonl", "subject", m.Subject(), "prompt_id", id, "err", err)
+			if a.completions.has(id) || a.failed.has(id) || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if err := penc.Encode(failedLine{ID: id, Reason: schema.ReasonPoison, Error: "result message: " + err.Error(),
+				Worker: m.Headers().Get(schema.HeaderWorker), FailedAt: time.Now().UTC()}); err != nil {
+				return err
+			}
+			poisonIDs = append(poisonIDs, id)
 			continue
 		}
 		if a.completions.has(r.ID) || seen[r.ID] {
@@ -98,17 +118,40 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 		}
 		ids = append(ids, r.ID)
 		fresh = append(fresh, r)
+		if a.failed.has(r.ID) {
+			recovered[r.ID] = true
+		}
 	}
 	if err := a.completions.appendLines(&buf, ids); err != nil {
 		return err
 	}
+	if err := a.failed.appendLines(&poisoned, poisonIDs); err != nil {
+		return err
+	}
+	if err := a.failed.remove(recovered); err != nil {
+		// The answers are written; the stale failed lines are only
+		// cosmetic and go at the next recovery or restart.
+		a.log.Error("cannot remove replayed prompts from failed.jsonl", "err", err)
+	}
 	now := time.Now()
 	for _, r := range fresh {
+		if recovered[r.ID] {
+			a.est.Recovered()
+		}
 		a.est.Completed(now, r.CompletionTokens, r.FinishReason == "length")
+	}
+	for range poisonIDs {
+		a.est.Failed(now)
 	}
 	ackAll(msgs, a)
 	a.kickIfComplete()
 	return nil
+}
+
+func newEncoder(w *bytes.Buffer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
 }
 
 // writeDeadLetters appends new dead letters to failed.jsonl, fsyncs, then
@@ -118,8 +161,7 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	enc := newEncoder(&buf)
 	var ids []string
 	seen := make(map[string]bool)
 	for _, m := range msgs {

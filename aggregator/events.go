@@ -12,6 +12,17 @@ import (
 func (a *Aggregator) emit(now time.Time) {
 	s := a.est.Snapshot(now)
 	a.last.Lock()
+	s.WriteError = a.writeErr
+	for w, p := range a.paused {
+		if now.Sub(p.at) > pausedStale {
+			delete(a.paused, w) // gone quiet: no longer a live worker
+			continue
+		}
+		if s.PausedWorkers == nil {
+			s.PausedWorkers = map[string]string{}
+		}
+		s.PausedWorkers[w] = p.reason
+	}
 	a.snapshot = s
 	a.last.Unlock()
 
@@ -33,6 +44,12 @@ func (a *Aggregator) emit(now time.Time) {
 		"tok_per_s", round(s.TokensPerSec, 0), "tok_per_s_overall", round(s.TokensPerSecOverall, 0),
 		"mean_tokens", round(s.MeanCompletionTokens, 0), "est_tokens", round(s.EstimatedCompletionTokens, 0),
 		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec))
+	if s.WriteError != "" {
+		a.log.Error("output is not being written", "err", s.WriteError)
+	}
+	for w, reason := range s.PausedWorkers {
+		a.log.Warn("worker paused", "worker", w, "reason", reason)
+	}
 	if a.cfg.OnEvent != nil {
 		a.cfg.OnEvent(s)
 	}
@@ -40,6 +57,10 @@ func (a *Aggregator) emit(now time.Time) {
 		a.doneOnce.Do(func() { close(a.done) })
 	}
 }
+
+// pausedStale is how long a paused worker's last heartbeat counts: the
+// estimator's default for live workers.
+const pausedStale = 10 * time.Second
 
 // ETA formats an ETA in seconds for people: "unknown" when negative.
 func ETA(sec float64) string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // jsonlFile is an append-only JSON Lines file in which every line has a
@@ -133,3 +134,71 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, ids []string) error {
 }
 
 func (j *jsonlFile) Close() error { return j.f.Close() }
+
+// remove rewrites the file without the lines of ids: a prompt that failed
+// and was replayed leaves failed.jsonl when it completes. The new file is
+// written beside the old one, fsynced and renamed over it, so a crash
+// leaves one or the other whole.
+func (j *jsonlFile) remove(ids map[string]bool) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(j.path), filepath.Base(j.path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	_ = tmp.Chmod(0o644)
+	r := bufio.NewReaderSize(j.f, 1<<20)
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			var head struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(line, &head) != nil || !ids[head.ID] {
+				if _, werr := w.Write(line); werr != nil {
+					tmp.Close()
+					return fmt.Errorf("rewrite %s: %w", j.path, werr)
+				}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	if err := os.Rename(tmp.Name(), j.path); err != nil {
+		tmp.Close()
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	syncDir(filepath.Dir(j.path))
+	j.f.Close()
+	j.f = tmp
+	if _, err := j.f.Seek(0, io.SeekEnd); err != nil {
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
+	for id := range ids {
+		delete(j.ids, id)
+	}
+	return nil
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}

@@ -83,3 +83,16 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	}
 	return c, nil
 }
+
+// AdvisoriesConsumer returns the aggregator's durable consumer on the
+// max-deliveries advisories of run's prompts, creating it if missing.
+func AdvisoriesConsumer(ctx context.Context, js jetstream.JetStream, run string) (jetstream.Consumer, error) {
+	return ensureConsumer(ctx, js, schema.AdvisoriesStream, jetstream.ConsumerConfig{
+		Durable:       schema.AdvisoriesConsumer(run),
+		Description:   "aerie aggregator (max-deliveries advisories) of run " + run,
+		FilterSubject: schema.MaxDeliveriesSubject(run),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       AggregatorAckWait,
+	})
+}

@@ -106,6 +106,16 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			MaxBytes:    1 << 30,
 			Discard:     jetstream.DiscardOld,
 		},
+		{
+			Name:        schema.AdvisoriesStream,
+			Description: "JetStream max-deliveries advisories of aerie's prompts",
+			Subjects:    []string{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + schema.PromptsStream + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    opts.Replicas,
+			MaxAge:      DefaultEventsMaxAge,
+			Discard:     jetstream.DiscardOld,
+		},
 	}
 	for _, cfg := range configs {
 		if err := ensureStream(ctx, js, cfg); err != nil {

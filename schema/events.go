@@ -91,4 +91,10 @@ type Throughput struct {
 	// ETASec is the estimated time to completion in seconds; negative when
 	// there is not yet enough information to estimate.
 	ETASec float64 `json:"eta_sec"`
+	// PausedWorkers names the live workers that have stopped pulling, with
+	// why (for example, their backend is down).
+	PausedWorkers map[string]string `json:"paused_workers,omitempty"`
+	// WriteError, when set, is why the aggregator cannot write its output
+	// (a full disk, say): it is not acknowledging results until it can.
+	WriteError string `json:"write_error,omitempty"`
 }

@@ -24,6 +24,11 @@ const (
 	// EventsStream captures the JSON events for readers that come late. Its
 	// messages expire; they are observations, not data.
 	EventsStream = "AERIE_EVENTS"
+	// AdvisoriesStream captures JetStream's max-deliveries advisories for
+	// the prompts stream. They are plain core NATS messages, lost unless
+	// something listens; kept in a stream, a prompt whose last delivery
+	// died with its worker is still turned into a dead letter.
+	AdvisoriesStream = "AERIE_ADVISORIES"
 	// RunsBucket is the KV bucket holding one Manifest per run, keyed by
 	// run name.
 	RunsBucket = "aerie-runs"
@@ -108,6 +113,16 @@ func DeadSubject(run, promptID string) string {
 // RunFilter returns the filter subject covering every message of run under
 // root, for consumers: "<root>.<run>.>".
 func RunFilter(root, run string) string { return root + "." + run + ".>" }
+
+// MaxDeliveriesSubject is where JetStream announces that a prompt of
+// run reached MaxDeliver on the workers' consumer.
+func MaxDeliveriesSubject(run string) string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + PromptsStream + "." + WorkersConsumer(run)
+}
+
+// AdvisoriesConsumer is the aggregator's durable consumer on
+// AdvisoriesStream.
+func AdvisoriesConsumer(run string) string { return "aggregator-advisories-" + run }
 
 // ThroughputSubject carries the aggregator's Throughput events.
 func ThroughputSubject(run string) string { return EventsRoot + "." + run + ".throughput" }

@@ -150,6 +150,14 @@ func (e *Estimator) Failed(at time.Time) {
 	e.localFailed++
 }
 
+// Recovered takes back a failure: the prompt was replayed and has now
+// completed (its Completed call counts the answer).
+func (e *Estimator) Recovered() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failed = max(e.failed-1, 0)
+}
+
 func (e *Estimator) addAnswer(tokens int, truncated bool) {
 	n := clampLength(int64(tokens))
 	e.completed++

@@ -1,0 +1,111 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// maxDeliveries is the part of JetStream's max-deliveries advisory that
+// aerie reads.
+type maxDeliveries struct {
+	Stream     string `json:"stream"`
+	Consumer   string `json:"consumer"`
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// writeAdvisories turns max-deliveries advisories into dead letters. A
+// prompt reaches MaxDeliver without a dead letter when its last delivery
+// ended without a word: the worker holding it was killed, or handed it
+// back while stopping. JetStream then stops delivering it, and without
+// this it would be in neither output file.
+func (a *Aggregator) writeAdvisories(msgs []jetstream.Msg) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, m := range msgs {
+		if err := a.deadLetterLost(ctx, m); err != nil {
+			return err
+		}
+	}
+	ackAll(msgs, a)
+	return nil
+}
+
+func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error {
+	var adv maxDeliveries
+	if err := json.Unmarshal(m.Data(), &adv); err != nil || adv.StreamSeq == 0 {
+		a.log.Warn("ignoring an advisory that is not a max-deliveries advisory", "subject", m.Subject(), "err", err)
+		return nil
+	}
+	prompts, err := a.js.Stream(ctx, schema.PromptsStream)
+	if err != nil {
+		return fmt.Errorf("max-deliveries advisory: %w", err)
+	}
+	raw, err := prompts.GetMsg(ctx, adv.StreamSeq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // requeued since (replay, reconcile): a new message holds it
+	}
+	if err != nil {
+		return fmt.Errorf("max-deliveries advisory: get prompt %d: %w", adv.StreamSeq, err)
+	}
+	d := &schema.DeadLetter{
+		Run: a.cfg.Run, Reason: schema.ReasonExhausted, Attempts: int(adv.Deliveries),
+		Error:    fmt.Sprintf("delivered %d times (the consumer's max_deliver) without a result or a dead letter: the workers that held it last were killed or stopped", adv.Deliveries),
+		FailedAt: time.Now().UTC(),
+	}
+	subject := schema.DeadRoot + "." + a.cfg.Run + "." + lastToken(raw.Subject)
+	if p, err := schema.DecodePrompt(raw.Data); err == nil {
+		d.ID, d.Messages = p.ID, p.Messages
+	} else {
+		d.ID, d.Reason = raw.Header.Get(schema.HeaderPromptID), schema.ReasonPoison
+		d.Error = "undecodable prompt message: " + err.Error()
+	}
+	a.mu.Lock()
+	settled := a.completions.has(d.ID) || a.failed.has(d.ID)
+	a.mu.Unlock()
+	if settled {
+		return nil
+	}
+	results, err := a.js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		return fmt.Errorf("max-deliveries advisory: %w", err)
+	}
+	if _, err := results.GetLastMsgForSubject(ctx, schema.ResultsRoot+"."+a.cfg.Run+"."+lastToken(raw.Subject)); err == nil {
+		return nil // answered; the result is on its way to completions.jsonl
+	}
+	data, err := schema.EncodeDeadLetter(d)
+	if err != nil {
+		return err
+	}
+	out := nats.NewMsg(subject)
+	out.Data = data
+	out.Header.Set(schema.HeaderMsgID, a.cfg.Run+"/"+lastToken(raw.Subject))
+	out.Header.Set(schema.HeaderPromptID, d.ID)
+	out.Header.Set(schema.HeaderRun, a.cfg.Run)
+	out.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindDeadLetter))
+	out.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	out.Header.Set(schema.HeaderReason, d.Reason)
+	if _, err := a.js.PublishMsg(ctx, out, jetstream.WithExpectLastSequencePerSubject(0)); err != nil && !provision.IsAlreadyStored(err) {
+		return fmt.Errorf("max-deliveries advisory: store dead letter of %s: %w", d.ID, err)
+	}
+	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "deliveries", adv.Deliveries)
+	return nil
+}
+
+func lastToken(subject string) string {
+	for i := len(subject) - 1; i >= 0; i-- {
+		if subject[i] == '.' {
+			return subject[i+1:]
+		}
+	}
+	return subject
+}
