@@ -57,6 +57,9 @@ type Config struct {
 	// default.
 	EventInterval time.Duration
 	SkipInvalid   bool
+	// Preflight, if set, runs once the broker and the backend are up and
+	// before anything is queued; an error stops the run there.
+	Preflight func(ctx context.Context, natsURL, backendURL, model string) error
 	// Progress receives the producer's progress; nil for none.
 	Progress io.Writer
 	// OnEvent sees every throughput event (the live display).
@@ -154,6 +157,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 	}
 	pcfg.Model = model
+	if cfg.Preflight != nil {
+		if err := cfg.Preflight(ctx, srv.ClientURL(), backendURL, model); err != nil {
+			return nil, err
+		}
+		log.Info("preflight passed")
+	}
 
 	conn := func(name string) (*nats.Conn, jetstream.JetStream, error) {
 		nc, err := srv.Connect(nats.Name("aerie-"+name), nats.MaxReconnects(-1))

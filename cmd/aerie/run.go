@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -75,6 +76,12 @@ func cmdRun(ctx context.Context, args []string) error {
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Logger: log,
+		Preflight: func(ctx context.Context, natsURL, backendURL, _ string) error {
+			return doctor.Preflight(ctx, doctor.Config{
+				NATSURL: natsURL, Run: *run, Backend: backendURL, APIKey: key,
+				DataDir: *dataDir, Workers: *workers, Window: *window,
+			})
+		},
 	})
 	display.Close()
 	if sum != nil {

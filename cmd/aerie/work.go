@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/worker"
 )
@@ -38,6 +41,9 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := preflightWorker(ctx, nf, *run, *backend, key, *window, log); err != nil {
+		return err
+	}
 	nc, js, err := connect(nf, "aerie-work", log)
 	if err != nil {
 		return err
@@ -65,4 +71,32 @@ func apiKey(file string) (string, error) {
 		return "", fmt.Errorf("--api-key-file %s is empty", file)
 	}
 	return key, nil
+}
+
+// preflightWorker runs the doctor's preflight before a worker starts, so
+// that what can be seen at T+0 is reported at T+0. A backend that is not
+// up yet is only a warning: vLLM takes minutes to load a model and the
+// worker waits for it; everything else stops the worker here.
+func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, log *slog.Logger) error {
+	err := doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSCreds: nf.creds, Run: run, Backend: backend, APIKey: key, Window: window})
+	var pe *doctor.PreflightError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	var fatal []string
+	for _, c := range pe.Report.Checks {
+		if c.Status != doctor.Fail {
+			continue
+		}
+		switch c.Name {
+		case "backend", "completion":
+			log.Warn("preflight: backend not ready; the worker waits for it", "check", c.Name, "detail", c.Detail)
+		default:
+			fatal = append(fatal, c.Name+": "+c.Detail+" (fix: "+c.Fix+")")
+		}
+	}
+	if len(fatal) > 0 {
+		return fmt.Errorf("preflight failed: %s", strings.Join(fatal, "; "))
+	}
+	return nil
 }

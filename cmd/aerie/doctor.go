@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/aerie-dev/aerie/doctor"
+)
+
+func cmdDoctor(ctx context.Context, args []string) error {
+	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
+	nf := addNATSFlags(fs)
+	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
+	backend := fs.String("backend", os.Getenv("AERIE_BACKEND"), "OpenAI-compatible base URL of the LLM server (env AERIE_BACKEND; empty: skip the backend checks)")
+	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
+	dataDir := fs.String("data-dir", os.Getenv("AERIE_DATA_DIR"), "aggregator output root; checks <data-dir>/<run> is writable and has room (env AERIE_DATA_DIR; empty: skip)")
+	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
+	workers := fs.Int("workers", doctor.DefaultWorkers, "workers that will share the run (GPU hosts); MaxAckPending must cover workers x window")
+	window := fs.Int("window", doctor.DefaultWindow, "prompts in flight per worker (aerie work --window)")
+	units := fs.String("units", "", "systemd unit file, or directory of *.service files, whose Exec commands to check (empty: skip)")
+	timeout := fs.Duration("timeout", doctor.DefaultCheckTimeout, "time limit of each check but the test completion and the prompts scan (5m)")
+	completion := fs.Duration("completion-timeout", doctor.DefaultCompletionTimeout, "time limit of the test completion (it may queue behind a busy batch)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := lf.logger(os.Stderr); err != nil {
+		return err
+	}
+	key, err := apiKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	cfg := doctor.Config{
+		NATSURL: nf.url, NATSCreds: nf.creds, Run: *run,
+		Backend: *backend, APIKey: key,
+		DataDir: *dataDir, PromptsFile: *prompts,
+		Workers: *workers, Window: *window, Units: *units,
+		CheckTimeout: *timeout, CompletionTimeout: *completion,
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rep := doctor.Run(ctx, cfg)
+	rep.Print(os.Stdout)
+	if rep.Failed() {
+		return fmt.Errorf("%d of %d checks failed", rep.Count(doctor.Fail), len(rep.Checks))
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aerie-dev/aerie/openai"
+)
+
+// completionMaxTokens bounds the test completion: enough to see the first
+// tokens (and whether they are reasoning), cheap on a busy server.
+const completionMaxTokens = 8
+
+// completionPrompt is the test completion's question.
+const completionPrompt = "Reply with the single word OK."
+
+// checkHealth asks the backend's /health, which vLLM answers with 200
+// while its engine is alive.
+func checkHealth(ctx context.Context, s *session) Result {
+	if s.cfg.Backend == "" {
+		return skip("no backend given (--backend)")
+	}
+	if s.clientErr != nil {
+		return fail("give --backend as the server's root URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)",
+			"%v", s.clientErr)
+	}
+	start := time.Now()
+	if err := s.client.Health(ctx); err != nil {
+		return backendFailure(err)
+	}
+	return pass("%s/health answered 200 in %s", strings.TrimRight(s.cfg.Backend, "/"), formatDuration(time.Since(start)))
+}
+
+// checkModel lists the served models and looks for the run's model among
+// them. A worker pointed at a server of another model would turn every
+// prompt into a dead letter.
+func checkModel(ctx context.Context, s *session) Result {
+	if s.cfg.Backend == "" {
+		return skip("no backend given (--backend)")
+	}
+	if !s.passed("backend") {
+		return skip("backend not healthy (see backend)")
+	}
+	models, err := s.client.Models(ctx)
+	if err != nil {
+		return backendFailure(err)
+	}
+	s.models, s.listed = models, true
+	ids := make([]string, len(models))
+	for i, m := range models {
+		ids[i] = m.ID
+	}
+	served := quoteList(ids, 10)
+	if s.manifest == nil {
+		if len(models) == 0 {
+			return fail("load a model in the backend", "the backend serves no model")
+		}
+		return skip("no run manifest to compare with; the backend serves %s", served)
+	}
+	want := s.manifest.Model
+	m, ok := s.servedModel(want)
+	if !ok {
+		instead := "one of the served names"
+		if len(ids) == 1 {
+			instead = ids[0]
+		}
+		return fail(fmt.Sprintf("point --backend at a server of %q, or produce the prompts as a new run with --model %s", want, instead),
+			"wrong model name: the backend serves %s, the run's model is %q", served, want)
+	}
+	detail := fmt.Sprintf("%q is served", want)
+	if m.MaxModelLen > 0 {
+		detail += fmt.Sprintf(" with max_model_len %d", m.MaxModelLen)
+	}
+	if len(ids) > 1 {
+		detail += "; also served: " + served
+	}
+	return pass("%s", detail)
+}
+
+// checkCompletion sends one short streamed completion with the run's
+// model and sampling parameters, as a worker would, and reports the time
+// to the first token and whether reasoning came back.
+func checkCompletion(ctx context.Context, s *session) Result {
+	if s.cfg.Backend == "" {
+		return skip("no backend given (--backend)")
+	}
+	if !s.passed("backend") {
+		return skip("backend not healthy (see backend)")
+	}
+	if s.done["model"] == Fail {
+		return skip("the run's model is not served (see model)")
+	}
+	model, from, ok := s.runModel()
+	if !ok {
+		if !s.listed {
+			return skip("no model to ask: no run manifest and no model list (see model)")
+		}
+		return skip("no model to ask: no run manifest, and the backend serves %d models", len(s.models))
+	}
+	req := openai.ChatRequest{
+		Model:     model,
+		Messages:  []openai.Message{{Role: "user", Content: completionPrompt}},
+		MaxTokens: completionMaxTokens,
+	}
+	if s.manifest != nil {
+		req.Temperature = s.manifest.Params.Temperature
+		req.TopP = s.manifest.Params.TopP
+	}
+	comp, err := s.client.ChatStream(ctx, req, nil)
+	if err != nil {
+		return backendFailure(err)
+	}
+	reasoning := "no reasoning returned (expected for a model that does not think; for one that does, check the server's reasoning parser)"
+	if comp.Reasoning != "" {
+		reasoning = "reasoning returned"
+	}
+	return pass("%q (%s) answered: TTFT %s, %d tokens in %s, finish %q, %s",
+		model, from, formatDuration(comp.TTFT), comp.Usage.CompletionTokens, formatDuration(comp.Latency), comp.FinishReason, reasoning)
+}
+
+// backendFailure reports an error from the backend with its class
+// (transient, permanent, auth, canceled) and what to do about it.
+func backendFailure(err error) Result {
+	class := openai.Classify(err)
+	return fail(backendFix(err, class), "%s error: %v", class, err)
+}
+
+// backendFix says what to do about a backend error of class c.
+func backendFix(err error, c openai.Class) string {
+	var apiErr *openai.APIError
+	answered := errors.As(err, &apiErr)
+	switch {
+	case c == openai.Auth:
+		return "the backend refused the API key, or TLS does not match: check --api-key-file (or AERIE_API_KEY) and http:// versus https:// in --backend"
+	case c == openai.Canceled:
+		return "the backend did not answer in time: check that it is reachable from this host and not overloaded, or raise the timeout"
+	case answered && apiErr.Status == http.StatusNotFound:
+		return "nothing answers there, or the model name is unknown: is --backend the root URL of vLLM, SGLang or aerie sim, and is the run's model the one it serves?"
+	case c == openai.Permanent:
+		return "the backend refused the request as sent: read its message; check the run's model and sampling parameters"
+	case answered && apiErr.Status == http.StatusServiceUnavailable:
+		return "the backend is starting or its engine died: wait until /health answers 200, or read its log"
+	case answered:
+		return "the backend answered with an error: read its log"
+	}
+	return "start the backend or check --backend (vLLM answers once its model is loaded)"
+}

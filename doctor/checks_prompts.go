@@ -1,0 +1,193 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// bytesPerToken is the ratio of the token estimate. Tokenizers give about
+// four bytes of English or code per token; other scripts can give fewer,
+// so every report of an estimate says it is one.
+const bytesPerToken = 4
+
+// nearLimit is the share of max_model_len above which a prompt that fits
+// by the estimate is still reported: the estimate may be off.
+const nearLimit = 0.9
+
+// maxNamed is how many prompts that do not fit a report names.
+const maxNamed = 3
+
+// estimateTokens estimates the prompt tokens of msgs as the bytes of their
+// text divided by four, rounded up. It ignores the chat template's few
+// tokens per message.
+func estimateTokens(msgs []schema.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+	}
+	return (n + bytesPerToken - 1) / bytesPerToken
+}
+
+// promptSize locates one prompt and its estimated length.
+type promptSize struct {
+	line   int
+	id     string
+	tokens int
+}
+
+func (p promptSize) String() string {
+	return fmt.Sprintf("line %d (id %q) about %d tokens", p.line, truncate(p.id, 60), p.tokens)
+}
+
+// promptScan summarises a prompts file.
+type promptScan struct {
+	prompts int          // valid prompts
+	invalid int          // lines that are not valid prompts
+	longest promptSize   // the longest valid prompt
+	over    int          // prompts longer than the limit
+	named   []promptSize // the first few of them, in file order
+	err     error
+}
+
+// scanPrompts reads path line by line and compares every valid prompt's
+// estimated length with limit. It stops early when ctx ends.
+func scanPrompts(ctx context.Context, path string, limit int) promptScan {
+	var sc promptScan
+	f, err := os.Open(path)
+	if err != nil {
+		sc.err = err
+		return sc
+	}
+	defer f.Close()
+	lines := bufio.NewScanner(f)
+	lines.Buffer(make([]byte, 0, 256<<10), producer.MaxLineBytes+2)
+	n := 0
+	for lines.Scan() {
+		n++
+		if n%1024 == 0 && ctx.Err() != nil {
+			sc.err = fmt.Errorf("stopped at line %d: %w", n, ctx.Err())
+			return sc
+		}
+		data := bytes.TrimSuffix(lines.Bytes(), []byte("\r"))
+		if len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		id, msgs, err := producer.ParseLine(data)
+		if err != nil {
+			sc.invalid++
+			continue
+		}
+		sc.prompts++
+		p := promptSize{line: n, id: id, tokens: estimateTokens(msgs)}
+		if p.tokens > sc.longest.tokens {
+			sc.longest = p
+		}
+		if p.tokens > limit {
+			sc.over++
+			if len(sc.named) < maxNamed {
+				sc.named = append(sc.named, p)
+			}
+		}
+	}
+	if err := lines.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("line %d is longer than %s: no server accepts a prompt that large", n+1, formatBytes(producer.MaxLineBytes))
+		}
+		sc.err = err
+	}
+	return sc
+}
+
+// checkContextLength compares every prompt of the prompts file, with the
+// run's max_tokens added, against the model's max_model_len. A prompt
+// that does not fit is refused by the backend (400) and dead-lettered
+// when a worker reaches it, however late in the run that is.
+func checkContextLength(ctx context.Context, s *session) Result {
+	if s.cfg.PromptsFile == "" {
+		return skip("no prompts file given (--prompts)")
+	}
+	if !s.listed {
+		return skip("no max_model_len: no model list from the backend (see model)")
+	}
+	model, _, ok := s.runModel()
+	if !ok {
+		return skip("no run manifest, and the backend serves %d models: which one is unknown", len(s.models))
+	}
+	card, ok := s.servedModel(model)
+	if !ok {
+		return skip("the backend does not serve %q (see model)", model)
+	}
+	if card.MaxModelLen <= 0 {
+		return skip("the backend does not report max_model_len for %q", model)
+	}
+	maxLen, maxTokens := card.MaxModelLen, s.maxTokens()
+	answer := fmt.Sprintf("max_tokens %d", maxTokens)
+	limit := maxLen - maxTokens
+	if maxTokens == 0 {
+		// The answer may use what the prompt leaves, but needs a token.
+		answer, limit = "max_tokens unset", maxLen-1
+	}
+	if limit <= 0 {
+		return fail("produce the prompts as a new run with a smaller --max-tokens",
+			"%s leaves no room for a prompt in max_model_len %d", answer, maxLen)
+	}
+
+	path := s.cfg.PromptsFile
+	sc, err := await(ctx, func() promptScan { return scanPrompts(ctx, path, limit) })
+	if err == nil {
+		err = sc.err
+	}
+	if err != nil {
+		return fail("check --prompts", "read prompts file %s: %v", s.cfg.PromptsFile, err)
+	}
+	s.prompts = sc.prompts
+	file := filepath.Base(s.cfg.PromptsFile)
+	invalid := ""
+	if sc.invalid > 0 {
+		invalid = fmt.Sprintf("; %s not valid prompts (aerie produce --dry-run lists them)", plural(sc.invalid, "line"))
+	}
+	if sc.prompts == 0 {
+		return warn("check --prompts", "%s holds no valid prompt%s", file, invalid)
+	}
+	if sc.over > 0 {
+		named := make([]string, len(sc.named))
+		for i, p := range sc.named {
+			named[i] = p.String()
+		}
+		more := ""
+		if sc.over > len(sc.named) {
+			more = fmt.Sprintf(" and %d more", sc.over-len(sc.named))
+		}
+		return fail("shorten or remove those prompts, produce with a smaller --max-tokens (a new run), or serve the model with a larger --max-model-len",
+			"%d of %d prompts in %s do not fit %q: %s%s (estimate: bytes/4) + %s > max_model_len %d%s",
+			sc.over, sc.prompts, file, model, strings.Join(named, "; "), more, answer, maxLen, invalid)
+	}
+	fits := fmt.Sprintf("%d prompts in %s fit %q: the longest, %s (estimate: bytes/4), + %s <= max_model_len %d",
+		sc.prompts, file, model, sc.longest, answer, maxLen)
+	if maxTokens > 0 && float64(sc.longest.tokens+maxTokens) > nearLimit*float64(maxLen) {
+		return warn("the estimate can be low for text other than English or code: count the longest prompt's tokens with the model's tokenizer",
+			"%s, within %.0f%% of the limit%s", fits, (1-nearLimit)*100, invalid)
+	}
+	return pass("%s%s", fits, invalid)
+}
+
+// truncate shortens s to at most n bytes, on a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

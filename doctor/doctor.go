@@ -1,0 +1,234 @@
+// Package doctor checks, before a run starts, everything that would
+// otherwise fail or misbehave hours into it: NATS and JetStream, the shape
+// of aerie's streams and of the run's consumer, the run manifest, the
+// backend (health, model name, context length, one real completion), the
+// output directory and its free space, and the systemd units' commands.
+//
+// Run performs every check and returns a Report, one Result per check.
+// Preflight performs the few that `aerie work` and `aerie run` need before
+// they take a prompt, and returns an error naming the failures.
+//
+// Every check only looks: nothing is created, changed or deleted, except
+// a temporary file (and any missing directories) under the data directory,
+// removed again before the check ends.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Defaults for Config.
+const (
+	// DefaultWorkers is the number of workers assumed to share the run's
+	// consumer.
+	DefaultWorkers = 1
+	// DefaultWindow is a worker's default window, the same as
+	// worker.DefaultWindow: prompts in flight per worker.
+	DefaultWindow = 200
+	// DefaultCheckTimeout bounds each check that talks to a server or
+	// touches the disk.
+	DefaultCheckTimeout = 10 * time.Second
+	// DefaultCompletionTimeout bounds the test completion. It is longer
+	// than the other checks because a busy backend queues the request
+	// behind the running batch before answering.
+	DefaultCompletionTimeout = 60 * time.Second
+	// DefaultScanTimeout bounds reading the prompts file.
+	DefaultScanTimeout = 5 * time.Minute
+)
+
+// Config says what to check. Every field is optional: a check whose input
+// is missing is skipped and says why.
+type Config struct {
+	// NATSURL is the NATS server URL, or several comma separated. Empty
+	// skips every check that needs NATS.
+	NATSURL string
+	// NATSCreds is a NATS credentials file; empty connects without one.
+	NATSCreds string
+	// Run is the run whose consumer, manifest and model are checked.
+	// Empty skips those checks. It must be a valid run name.
+	Run string
+	// Backend is the OpenAI-compatible base URL of the LLM server, e.g.
+	// http://127.0.0.1:8000. Empty skips the backend checks.
+	Backend string
+	// APIKey is sent to the backend. It never appears in a report, even
+	// when the backend echoes it back.
+	APIKey string
+	// DataDir is the aggregator's output root: the run writes under
+	// DataDir/Run. Empty skips the data directory and disk space checks.
+	DataDir string
+	// PromptsFile is the JSONL file of prompts; when given, every prompt's
+	// length is compared with the model's context length. Empty skips
+	// that check.
+	PromptsFile string
+	// Workers is how many workers will share the run's consumer (one per
+	// GPU host, or aerie run's --workers). Zero means DefaultWorkers.
+	Workers int
+	// Window is each worker's window. Zero means DefaultWindow.
+	Window int
+	// Units is a systemd unit file, or a directory whose *.service files
+	// are checked. Empty skips the check.
+	Units string
+	// CheckTimeout bounds each check other than the completion and the
+	// prompts scan. Zero means DefaultCheckTimeout.
+	CheckTimeout time.Duration
+	// CompletionTimeout bounds the test completion. Zero means
+	// DefaultCompletionTimeout.
+	CompletionTimeout time.Duration
+	// ScanTimeout bounds reading the prompts file. Zero means
+	// DefaultScanTimeout.
+	ScanTimeout time.Duration
+}
+
+// String describes the configuration with the API key redacted, so that
+// a Config can be logged.
+func (c Config) String() string {
+	key := "none"
+	if c.APIKey != "" {
+		key = "[redacted]"
+	}
+	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, Units: %q}",
+		redactURLs(c.NATSURL), c.Run, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.Units)
+}
+
+// GoString is String, so that %#v does not print the API key either.
+func (c Config) GoString() string { return c.String() }
+
+// Validate reports every field that cannot be used.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Run != "" {
+		if err := schema.ValidateRun(c.Run); err != nil {
+			errs = append(errs, fmt.Errorf("doctor: %w", err))
+		}
+	}
+	if c.Workers < 0 || c.Window < 0 {
+		errs = append(errs, fmt.Errorf("doctor: workers (%d) and window (%d) must not be negative", c.Workers, c.Window))
+	}
+	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 {
+		errs = append(errs, errors.New("doctor: timeouts must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = DefaultCheckTimeout
+	}
+	if c.CompletionTimeout == 0 {
+		c.CompletionTimeout = DefaultCompletionTimeout
+	}
+	if c.ScanTimeout == 0 {
+		c.ScanTimeout = DefaultScanTimeout
+	}
+	return c
+}
+
+// check is one entry of the table: a name, how long it may take, whether
+// Preflight runs it, and the function that runs it.
+type check struct {
+	name      string
+	timeout   func(Config) time.Duration
+	preflight bool
+	run       func(ctx context.Context, s *session) Result
+}
+
+func checkTimeout(c Config) time.Duration      { return c.CheckTimeout }
+func completionTimeout(c Config) time.Duration { return c.CompletionTimeout }
+func scanTimeout(c Config) time.Duration       { return c.ScanTimeout }
+
+// checks is every check, in the order they run. A check may use what an
+// earlier one found (the connection, the manifest, the served models);
+// when that is missing it is skipped with the reason.
+var checks = []check{
+	{"nats", checkTimeout, true, checkNATS},
+	{"jetstream", checkTimeout, true, checkJetStream},
+	{"streams", checkTimeout, false, checkStreams},
+	{"manifest", checkTimeout, true, checkManifest},
+	{"consumer", checkTimeout, false, checkConsumer},
+	{"backend", checkTimeout, true, checkHealth},
+	{"model", checkTimeout, true, checkModel},
+	{"context-length", scanTimeout, false, checkContextLength},
+	{"completion", completionTimeout, true, checkCompletion},
+	{"data-dir", checkTimeout, true, checkDataDir},
+	{"disk-space", checkTimeout, true, checkDiskSpace},
+	{"units", checkTimeout, false, checkUnits},
+}
+
+// Run performs every check and returns their results in a fixed order.
+// It never returns early: a failed check makes the checks that depend on
+// it skip, and the others still run. An invalid Config gives a report
+// with one failed check named "config". If ctx ends, the checks not yet
+// run are skipped.
+func Run(ctx context.Context, cfg Config) Report {
+	return run(ctx, cfg, false)
+}
+
+// Preflight performs the checks that matter when `aerie work` or
+// `aerie run` starts: NATS and JetStream, the run manifest, backend
+// health, the run's model among the served ones, one real completion,
+// and the data directory with its free space (when Config.DataDir is
+// set; a worker host has none). It returns nil when none fails, and
+// otherwise a *PreflightError listing each failure with its fix.
+//
+// It does not wait for anything: a backend still loading its model fails
+// the backend check. A caller that starts before its backend should wait
+// for /health first, or retry Preflight. Warnings (a manifest not
+// produced yet, less free space than the run may write) do not fail it.
+func Preflight(ctx context.Context, cfg Config) error {
+	rep := run(ctx, cfg, true)
+	if !rep.Failed() {
+		return nil
+	}
+	return &PreflightError{Report: rep}
+}
+
+// PreflightError is returned by Preflight when a check failed. Report
+// holds every check that ran, for printing.
+type PreflightError struct {
+	Report Report
+}
+
+func (e *PreflightError) Error() string {
+	f := e.Report.failures()
+	return fmt.Sprintf("preflight: %d check(s) failed: %s", len(f), strings.Join(f, "; "))
+}
+
+func run(ctx context.Context, cfg Config, preflightOnly bool) Report {
+	if err := cfg.Validate(); err != nil {
+		return Report{Checks: []Result{{Name: "config", Status: Fail, Detail: err.Error(), Fix: "correct the flags"}}}
+	}
+	s := newSession(cfg.withDefaults())
+	defer s.close()
+	var rep Report
+	for _, c := range checks {
+		if preflightOnly && !c.preflight {
+			continue
+		}
+		var r Result
+		if err := ctx.Err(); err != nil {
+			r = skip("not run: %v", err)
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, c.timeout(s.cfg))
+			r = c.run(cctx, s)
+			cancel()
+		}
+		r.Name = c.name
+		r.Detail = s.scrub(r.Detail)
+		r.Fix = s.scrub(r.Fix)
+		s.done[c.name] = r.Status
+		rep.Checks = append(rep.Checks, r)
+	}
+	return rep
+}

@@ -1,0 +1,57 @@
+package doctor
+
+import (
+	"testing"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+func TestExecutable(t *testing.T) {
+	for cmdline, want := range map[string]string{
+		"/usr/local/bin/aerie work --run %i": "/usr/local/bin/aerie",
+		"-/usr/bin/true":                     "/usr/bin/true",
+		"!!@/bin/sh argv0 -c x":              "/bin/sh",
+		"aerie work":                         "aerie",
+		`"/opt/my app/bin/x" --flag`:         "/opt/my app/bin/x",
+		"  /bin/kill\t-s HUP $MAINPID":       "/bin/kill",
+		"":                                   "",
+		"-":                                  "",
+	} {
+		if got := executable(cmdline); got != want {
+			t.Errorf("executable(%q) = %q, want %q", cmdline, got, want)
+		}
+	}
+}
+
+func TestEstimateTokens(t *testing.T) {
+	for _, c := range []struct {
+		texts []string
+		want  int
+	}{
+		{nil, 0},
+		{[]string{"a"}, 1},
+		{[]string{"abcd"}, 1},
+		{[]string{"abcde"}, 2},
+		{[]string{"abcd", "abcd", "a"}, 3},
+	} {
+		var msgs []schema.Message
+		for _, s := range c.texts {
+			msgs = append(msgs, schema.Message{Role: "user", Content: s})
+		}
+		if got := estimateTokens(msgs); got != c.want {
+			t.Errorf("estimateTokens(%q) = %d, want %d", c.texts, got, c.want)
+		}
+	}
+}
+
+func TestRedactURLs(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":                      "nats://127.0.0.1:4222",
+		"nats://user:pw@a:4222, nats://token@b:4222": "nats://[redacted]@a:4222,nats://[redacted]@b:4222",
+		"nats://a:4222,nats://s3cr3t@b:4222":         "nats://a:4222,nats://[redacted]@b:4222",
+	} {
+		if got := redactURLs(in); got != want {
+			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
