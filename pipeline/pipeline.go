@@ -49,6 +49,9 @@ type Config struct {
 	Workers int
 	Window  int
 	Grace   time.Duration
+	// NATSSyncInterval is how often the embedded server flushes to disk;
+	// zero means fsync before every acknowledgement (see broker.Config).
+	NATSSyncInterval time.Duration
 	// NATSListen is the embedded server's host:port; empty means
 	// 127.0.0.1 on a random port. Its URL is logged so that `nats` CLI
 	// can inspect a run while it goes.
@@ -111,7 +114,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(cfg.DataDir, "nats"), Host: host, Port: port, Logger: log})
+	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(cfg.DataDir, "nats"), Host: host, Port: port,
+		SyncInterval: cfg.NATSSyncInterval, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/aerie-dev/aerie/requeue"
+)
+
+const replayHelp = `Puts dead-lettered prompts of a run back to work. Dead letters are read from
+the dead-letter stream without consuming them; each selected one whose
+prompt has no answer yet is published again to the run's prompts, and its
+dead letter removed, so the run's workers deliver it once more. Selected
+dead letters whose prompt already has an answer are skipped: it is done.
+Poison dead letters (the prompt message could not be decoded) hold no
+prompt and are only listed. If replay is interrupted, run it again: it
+finishes what it started and never queues a prompt twice.
+
+failed.jsonl is left as it is: a replayed prompt keeps its line there until
+it completes, then the aggregator writes its completion and removes that
+line. A replayed prompt that fails again keeps its earlier line; its new
+dead letter holds the latest failure.
+`
+
+func cmdReplay(ctx context.Context, args []string) error {
+	synopsis := "--run NAME [--reason CLASS[,CLASS]] [--ids FILE] [--max-tokens N] [--dry-run]"
+	fs, lf := newFlags("replay", synopsis)
+	describe(fs, "replay", synopsis, replayHelp)
+	nf := addNATSFlags(fs)
+	run := fs.String("run", "", "run name")
+	reasons := fs.String("reason", "", "replay only dead letters of these reason classes, comma separated: "+strings.Join(requeue.Reasons, ", ")+" (default: every class)")
+	ids := fs.String("ids", "", "replay only the prompt ids listed in `FILE`, one per line: plain text, a JSON string, or a JSON object with \"id\" (failed.jsonl will do)")
+	maxTokens := fs.Int("max-tokens", 0, "generate the replayed prompts with this max_tokens instead of the run's (0: the run's), e.g. for truncated answers")
+	dryRun := fs.Bool("dry-run", false, "print what would be replayed (counts by reason, first ids) and change nothing")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	if err := requireRun(*run); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: every input is a flag (see aerie replay -h)", fs.Arg(0))
+	}
+	if *maxTokens < 0 {
+		return errors.New("--max-tokens must not be negative")
+	}
+	cfg := requeue.ReplayConfig{Run: *run, IDsFile: *ids, DryRun: *dryRun, MaxTokens: *maxTokens}
+	if *reasons != "" {
+		for _, r := range strings.Split(*reasons, ",") {
+			cfg.Reasons = append(cfg.Reasons, strings.TrimSpace(r))
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("--reason: %w", err)
+	}
+	nc, js, err := connect(nf, "aerie-replay", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	rep, err := requeue.Replay(ctx, js, cfg)
+	if rep != nil {
+		fmt.Print(rep)
+	}
+	return err
+}
+
+// describe gives a command's usage a paragraph between the synopsis and
+// the flags.
+func describe(fs *flag.FlagSet, name, synopsis, text string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: aerie %s %s\n\n%s\nFlags:\n", name, synopsis, text)
+		fs.PrintDefaults()
+	}
+}

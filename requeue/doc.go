@@ -1,0 +1,32 @@
+// Package requeue puts prompts of a run back to work: one at a time
+// (Requeue), every dead letter chosen by reason or id (Replay), or every
+// prompt of the input that is neither completed nor failed nor on its way
+// (Reconcile).
+//
+// A prompt's subject on the prompts stream holds at most one message, ever
+// (see provision): that is what makes producing idempotent, and it means
+// a prompt the run's consumer has acknowledged or terminated is never
+// delivered again. To deliver it again, its subject is emptied and the
+// prompt published anew, so the consumer meets it at a new, higher
+// sequence. Requeue does that in an order that survives a crash at any
+// point:
+//
+//  1. purge the prompt's subject (up to the message seen, no further);
+//  2. publish the prompt, expecting the subject to be empty, with a new
+//     message id so that JetStream's de-duplication window does not take it
+//     for the earlier copy;
+//  3. purge the prompt's dead letter (again up to the one seen).
+//
+// Until step 3 the dead letter exists, so a replay run again finds the
+// prompt; a rerun after step 2 recognises the copy it published (see
+// Requeue) and only finishes step 3. At no point do two messages of one
+// prompt wait on the stream.
+//
+// # Output files
+//
+// Nothing here writes the aggregator's files. A replayed prompt keeps its
+// line in failed.jsonl until it completes; the aggregator then writes its
+// completion and removes that line. A replayed prompt that fails again
+// keeps its earlier line (the aggregator writes one line per id); the new
+// dead letter holds the latest failure.
+package requeue

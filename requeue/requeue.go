@@ -1,0 +1,209 @@
+package requeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Outcome is what a requeue did.
+type Outcome int
+
+const (
+	// Published: the prompt was published again; the run's consumer will
+	// deliver it.
+	Published Outcome = iota + 1
+	// AlreadyQueued: the prompt's subject already held a copy waiting for
+	// a worker (put there by a requeue that stopped before removing the
+	// dead letter, or by another process meanwhile), so nothing was
+	// published.
+	AlreadyQueued
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Published:
+		return "published"
+	case AlreadyQueued:
+		return "already queued"
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Requeue puts one prompt of run back to work and removes its dead letter.
+// It is a shorthand for New followed by Requeuer.Requeue; to requeue many
+// prompts, make one Requeuer and call its Requeue for each.
+func Requeue(ctx context.Context, js jetstream.JetStream, run string, p *schema.Prompt, opts Options) error {
+	r, err := New(ctx, js, run, opts)
+	if err != nil {
+		return err
+	}
+	_, err = r.Requeue(ctx, p)
+	return err
+}
+
+// Requeue puts p back to work on the run's consumer in the three steps
+// described in the package documentation. p needs the prompt's id and
+// messages; its Run, if set, must be the Requeuer's run. p is not
+// modified. When p has no Source, the stored copy's is kept.
+//
+// Requeue does not ask whether the prompt is being worked on: a prompt
+// delivered and not yet settled is replaced, and the worker holding it
+// works in vain (whichever answer is stored first is kept; the other is
+// refused by the results stream). Reconcile asks first (see Classify);
+// Replay starts from dead letters, whose prompts the workers gave up.
+//
+// When the subject holds a copy published after the dead letter was
+// stored (by a requeue that stopped between steps 2 and 3) and the
+// consumer has not settled that copy, nothing is published, only the dead
+// letter is removed, and the outcome is AlreadyQueued.
+//
+// Once the first step is taken the others are completed even if ctx ends,
+// within the request timeouts, so that an interrupted replay rarely
+// leaves a prompt half way; if it does, running it again finishes it.
+func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, error) {
+	if err := r.check(p); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	q := *p
+	q.Run = r.run
+	old, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, q.ID))
+	if err != nil {
+		return 0, err
+	}
+	dead, err := r.last(ctx, r.dead, schema.DeadSubject(r.run, q.ID))
+	if err != nil {
+		return 0, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	queued, err := r.queuedCopy(ctx, &q, old, dead)
+	if err != nil {
+		return 0, err
+	}
+	outcome := AlreadyQueued
+	if !queued {
+		if old != nil {
+			keepSource(&q, old)
+			if err := r.purge(ctx, r.prompts, old); err != nil {
+				return 0, err
+			}
+		}
+		if outcome, err = r.publish(ctx, &q); err != nil {
+			return 0, err
+		}
+	}
+	if dead != nil {
+		if err := r.purge(ctx, r.dead, dead); err != nil {
+			return outcome, fmt.Errorf("prompt %q is queued again, but its dead letter stays: %w; run the replay again to remove it", q.ID, err)
+		}
+	}
+	return outcome, nil
+}
+
+func (r *Requeuer) check(p *schema.Prompt) error {
+	switch {
+	case p == nil:
+		return errors.New("requeue: no prompt given")
+	case p.ID == "":
+		return errors.New("requeue: the prompt has no id: its subject cannot be found")
+	case len(p.Messages) == 0:
+		return fmt.Errorf("requeue: prompt %q has no messages: there is nothing to send; produce it again from its input line", p.ID)
+	case p.Run != "" && p.Run != r.run:
+		return fmt.Errorf("requeue: prompt %q belongs to run %s, not %s", p.ID, p.Run, r.run)
+	}
+	return nil
+}
+
+// queuedCopy reports whether old, the message on the prompt's subject, is
+// a copy queued again after the dead letter was written and not yet
+// settled by the consumer. The producer's original never is: it carries
+// the producer's message id. A copy is recognised by a different message
+// id and a store time after the dead letter's; both times come from the
+// server (from two stream leaders in a cluster, whose clocks agree to far
+// less than the time between a prompt's delivery and its failure).
+func (r *Requeuer) queuedCopy(ctx context.Context, p *schema.Prompt, old, dead *jetstream.RawStreamMsg) (bool, error) {
+	if old == nil || dead == nil {
+		return false, nil
+	}
+	if old.Header.Get(schema.HeaderMsgID) == schema.MsgID(r.run, p.ID) || !old.Time.After(dead.Time) {
+		return false, nil
+	}
+	workers, err := r.Workers(ctx)
+	if err != nil {
+		return false, err
+	}
+	// A copy the consumer has settled failed again before its dead letter
+	// could be stored (the earlier one was still there): queue it anew.
+	return Classify(old.Sequence, workers) != Settled, nil
+}
+
+// keepSource copies the input position of the stored prompt into p when p
+// has none, so that error reports still name the input line.
+func keepSource(p *schema.Prompt, old *jetstream.RawStreamMsg) {
+	if p.Source != "" || schema.CheckSchemaHeader(schema.KindPrompt, old.Header.Get(schema.HeaderSchema)) != nil {
+		return
+	}
+	if stored, err := schema.DecodePrompt(old.Data); err == nil && stored.ID == p.ID {
+		p.Source = stored.Source
+	}
+}
+
+// purge removes m from its stream, and nothing stored on its subject
+// after it.
+func (r *Requeuer) purge(ctx context.Context, s jetstream.Stream, m *jetstream.RawStreamMsg) error {
+	stream := s.CachedInfo().Config.Name
+	return request(ctx, r.opts, fmt.Sprintf("purge %s (sequence %d) from stream %s", m.Subject, m.Sequence, stream), func(ctx context.Context) error {
+		return s.Purge(ctx, jetstream.WithPurgeSubject(m.Subject), jetstream.WithPurgeSequence(m.Sequence+1))
+	})
+}
+
+// publish queues p, expecting its subject to be empty, with the headers
+// the producer sets and a message id of its own.
+func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, error) {
+	data, err := schema.EncodePrompt(p)
+	if err != nil {
+		return 0, fmt.Errorf("requeue prompt %q: %w", p.ID, err)
+	}
+	m := nats.NewMsg(schema.PromptSubject(r.run, p.ID))
+	m.Data = data
+	m.Header.Set(schema.HeaderMsgID, requeueMsgID(r.run, p.ID, time.Now()))
+	m.Header.Set(schema.HeaderPromptID, p.ID)
+	m.Header.Set(schema.HeaderRun, r.run)
+	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
+	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	outcome := Published
+	err = request(ctx, r.opts, fmt.Sprintf("publish prompt %q to %s", p.ID, m.Subject), func(ctx context.Context) error {
+		_, err := r.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+		if provision.IsAlreadyStored(err) {
+			outcome = AlreadyQueued
+			return nil
+		}
+		return err
+	})
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return 0, fmt.Errorf("%w: the prompt is over the server's max_payload of %d bytes; raise max_payload in the nats-server configuration", err, r.js.Conn().MaxPayload())
+	}
+	if err != nil {
+		return 0, err
+	}
+	return outcome, nil
+}
+
+// requeueMsgID is the Nats-Msg-Id of a prompt queued again: the
+// producer's id for the prompt, then "/r" and the time in nanoseconds.
+// It differs from every earlier copy's, so the de-duplication window
+// (which remembers ids, not subjects) does not drop the new copy.
+func requeueMsgID(run, id string, now time.Time) string {
+	return schema.MsgID(run, id) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
+}

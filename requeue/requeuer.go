@@ -1,0 +1,157 @@
+package requeue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Requeuer puts the prompts of one run back to work. It looks up the
+// streams and the run manifest once, so one Requeuer serves a whole replay
+// or reconcile. It may be used by several goroutines at once.
+type Requeuer struct {
+	js       jetstream.JetStream
+	run      string
+	opts     Options
+	manifest *schema.Manifest
+
+	prompts, results, dead jetstream.Stream
+}
+
+// New returns a Requeuer for run. It fails when the run has no manifest
+// (it was never produced on this server: a wrong --run or --nats) or when
+// one of aerie's streams is missing.
+func New(ctx context.Context, js jetstream.JetStream, run string, opts Options) (*Requeuer, error) {
+	if err := schema.ValidateRun(run); err != nil {
+		return nil, err
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	r := &Requeuer{js: js, run: run, opts: opts.withDefaults()}
+	var err error
+	if r.manifest, err = r.readManifest(ctx); err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		name string
+		dst  *jetstream.Stream
+	}{{schema.PromptsStream, &r.prompts}, {schema.ResultsStream, &r.results}, {schema.DeadStream, &r.dead}} {
+		err := request(ctx, r.opts, "look up stream "+s.name, func(ctx context.Context) error {
+			var err error
+			*s.dst, err = js.Stream(ctx, s.name)
+			return err
+		})
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("stream %s does not exist on this server although run %s has a manifest: was it deleted? `aerie produce` creates it again", s.name, run)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Requeuer) readManifest(ctx context.Context) (*schema.Manifest, error) {
+	var m *schema.Manifest
+	err := request(ctx, r.opts, "read the manifest of run "+r.run, func(ctx context.Context) error {
+		kv, err := r.js.KeyValue(ctx, schema.RunsBucket)
+		if err != nil {
+			return err
+		}
+		e, err := kv.Get(ctx, r.run)
+		if err != nil {
+			return err
+		}
+		m, err = schema.DecodeManifest(e.Value())
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("run %s has no manifest in bucket %s on this server: check --run and --nats (`aerie produce` creates the run)", r.run, schema.RunsBucket)
+	}
+	return m, err
+}
+
+// Run is the run this Requeuer serves.
+func (r *Requeuer) Run() string { return r.run }
+
+// Manifest is the run's manifest as read by New.
+func (r *Requeuer) Manifest() *schema.Manifest { return r.manifest }
+
+// Workers returns the state of the run's workers consumer, or nil when
+// the consumer does not exist yet: then no prompt has been delivered.
+func (r *Requeuer) Workers(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	var info *jetstream.ConsumerInfo
+	name := schema.WorkersConsumer(r.run)
+	err := request(ctx, r.opts, "read consumer "+name+" of stream "+schema.PromptsStream, func(ctx context.Context) error {
+		c, err := r.prompts.Consumer(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			info = nil
+			return nil
+		case err != nil:
+			return err
+		}
+		info = c.CachedInfo()
+		return nil
+	})
+	return info, err
+}
+
+// last returns the message stored on subject, or nil when there is none.
+func (r *Requeuer) last(ctx context.Context, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := request(ctx, r.opts, "read "+subject+" from stream "+s.CachedInfo().Config.Name, func(ctx context.Context) error {
+		var err error
+		m, err = s.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m = nil
+			return nil
+		}
+		return err
+	})
+	return m, err
+}
+
+// HasResult reports whether the results stream holds an answer to the
+// prompt: then it is done, or waits only for the aggregator.
+func (r *Requeuer) HasResult(ctx context.Context, id string) (bool, error) {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	return m != nil, err
+}
+
+// listTimeout bounds the listing of a run's subjects on a stream: the
+// server pages it, and a run of a million prompts takes a few seconds.
+const listTimeout = 2 * time.Minute
+
+// storedTokens returns the subject tokens of the run's messages on s,
+// whose subjects are <root>.<run>.<token>: one listing of the subjects
+// instead of a look-up per prompt.
+func (r *Requeuer) storedTokens(ctx context.Context, s jetstream.Stream, root string) (idSet, error) {
+	filter := schema.RunFilter(root, r.run)
+	var subjects map[string]uint64
+	o := r.opts
+	o.Timeout = max(o.Timeout, listTimeout)
+	err := request(ctx, o, "list the subjects "+filter+" of stream "+s.CachedInfo().Config.Name, func(ctx context.Context) error {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err == nil {
+			subjects = info.State.Subjects
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	prefix := root + "." + r.run + "."
+	tokens := make(idSet, len(subjects))
+	for subject := range subjects {
+		tokens[strings.TrimPrefix(subject, prefix)] = struct{}{}
+	}
+	return tokens, nil
+}
