@@ -77,6 +77,9 @@ func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "run %s: %s\n", s.Run, state)
 	fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
 	fmt.Fprintf(w, "  wall time    %s\n", s.Wall.Round(100*time.Millisecond))
+	if s.Paused > 0 {
+		fmt.Fprintf(w, "  paused       %s while the backend was down (%d prompts handed back)\n", s.Paused.Round(100*time.Millisecond), s.HandedBack)
+	}
 	fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
 	fmt.Fprintf(w, "  model        %s at %s\n", s.Model, s.BackendURL)
 	fmt.Fprintf(w, "  completions  %s\n", s.Completions)

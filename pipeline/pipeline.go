@@ -74,10 +74,15 @@ type Config struct {
 type Summary struct {
 	// Counts are the run's (including earlier invocations); rates are this
 	// invocation's, measured from the start of its workers.
-	Run                        string
-	Total, Completed, Failed   int
-	Truncated                  int
-	Done                       bool
+	Run                      string
+	Total, Completed, Failed int
+	Truncated                int
+	Done                     bool
+	// Paused is the time workers spent paused because the backend was
+	// down (summed over workers), and HandedBack the prompts they handed
+	// back meanwhile.
+	Paused                     time.Duration
+	HandedBack                 int64
 	Wall                       time.Duration
 	RequestsPerSec             float64
 	TokensPerSec               float64
@@ -257,16 +262,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 
 	// Rates of this invocation, from the workers' own counters: on a
 	// resume they cover only the prompts generated this time.
-	var completed, tokens int64
+	var completed, tokens, handedBack int64
+	var paused time.Duration
 	for _, w := range all {
 		s := w.Stats()
 		completed += s.Completed
 		tokens += s.TokensStreamed
+		paused += s.Paused
+		handedBack += s.HandedBack
 	}
 	last := agg.Last()
 	return &Summary{
 		Run: cfg.Run, Total: last.Total, Completed: last.Completed, Failed: last.Failed,
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
+		Paused: paused, HandedBack: handedBack,
 		Wall:           time.Since(start),
 		RequestsPerSec: float64(completed) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),
 		Completions: filepath.Join(agg.Dir(), aggregator.CompletionsFile),

@@ -143,3 +143,25 @@ func TestInterruptAndResume(t *testing.T) {
 		t.Fatalf("third run changed the output: %+v", sum)
 	}
 }
+
+// A 60-second backend outage (simulated time) in the middle of a run:
+// workers pause instead of spending attempts, and the run ends with every
+// prompt completed and no dead letter.
+func TestOutageMidRun(t *testing.T) {
+	const n = 600
+	cfg := config(t, "outage", promptsFile(t, n))
+	cfg.Sim.Speed = 100
+	cfg.Sim.Faults.Outages = []simulator.Outage{{Start: 60 * time.Second, Duration: 60 * time.Second, Mode: simulator.OutageRefuse}}
+	sum, err := pipeline.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.Done || sum.Completed != n || sum.Failed != 0 {
+		t.Fatalf("after the outage: %d completed, %d failed, done %v; want %d, 0, true", sum.Completed, sum.Failed, sum.Done, n)
+	}
+	if sum.Paused <= 0 || sum.HandedBack == 0 {
+		t.Errorf("workers did not pause: paused %v, handed back %d", sum.Paused, sum.HandedBack)
+	}
+	t.Logf("outage of 60s simulated (%.1fs wall): paused %v in total, %d prompts handed back, 0 dead letters",
+		60/cfg.Sim.Speed, sum.Paused.Round(time.Millisecond), sum.HandedBack)
+}
