@@ -15,7 +15,10 @@ PROMPTS  ?= 25000
 SPEED    ?= 200
 DATA     ?= ./data
 
-.PHONY: build run test vet bench e2e install clean
+# FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
+FUZZTIME ?= 30s
+
+.PHONY: build run test vet bench fuzz install clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -32,6 +35,13 @@ vet:
 
 test: vet
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# Each fuzz target in turn, bounded by FUZZTIME; the seed corpora are in
+# the tests (f.Add) and testdata/fuzz.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./schema/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./producer/
+	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) ./producer/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pipeline/ ./producer/

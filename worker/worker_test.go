@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker"
@@ -503,5 +504,39 @@ func TestOnLengthPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Garbage or an unknown schema version on a prompt subject is
+// dead-lettered as poison, named by the id in its header, and the prompts
+// around it are processed as usual.
+func TestPoisonPromptIsDeadLettered(t *testing.T) {
+	b := setup(t, 3, provision.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for id, data := range map[string][]byte{"garbage": []byte("\xc1 not msgpack"), "future": {0x81, 0xa1, 'v', 0x63}} {
+		m := nats.NewMsg(schema.PromptSubject(b.run, id))
+		m.Data = data
+		m.Header.Set(schema.HeaderPromptID, id)
+		if _, err := b.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, url := newFakeLLM(t, &fakeLLM{})
+	b.start(t, worker.Config{Window: 5}, url)
+	b.waitSettled(t, 20*time.Second)
+	if got := b.resultCount(t); got != 3 {
+		t.Errorf("%d results, want the 3 good prompts", got)
+	}
+	dead := deadLetters(t, b)
+	for _, id := range []string{"garbage", "future"} {
+		d := dead[id]
+		if d == nil || d.Reason != schema.ReasonPoison {
+			t.Fatalf("%s: dead letter %+v, want poison", id, d)
+		}
+		t.Logf("%s: %s", id, d.Error)
+	}
+	if !strings.Contains(dead["future"].Error, "schema version 99") {
+		t.Errorf("future: error does not name the version: %s", dead["future"].Error)
 	}
 }
