@@ -115,12 +115,12 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 	}, "every prompt settled")
 }
 
-// results returns the stored results of the run by prompt id.
-func (b *bundle) results(t *testing.T) map[string]*schema.Result {
+// stored returns the payloads of every message in stream, in order.
+func (b *bundle) stored(t *testing.T, stream string) [][]byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := b.js.Stream(ctx, schema.ResultsStream)
+	s, err := b.js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,15 +128,26 @@ func (b *bundle) results(t *testing.T) map[string]*schema.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]*schema.Result{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+	var out [][]byte
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if err != nil {
 			continue // deleted
 		}
-		r, err := schema.DecodeResult(m.Data)
+		out = append(out, m.Data)
+	}
+	return out
+}
+
+// results returns the stored results of the run by prompt id, failing on
+// a second result for any prompt.
+func (b *bundle) results(t *testing.T) map[string]*schema.Result {
+	t.Helper()
+	out := map[string]*schema.Result{}
+	for _, data := range b.stored(t, schema.ResultsStream) {
+		r, err := schema.DecodeResult(data)
 		if err != nil {
-			t.Fatalf("result %d: %v", seq, err)
+			t.Fatal(err)
 		}
 		if _, dup := out[r.ID]; dup {
 			t.Fatalf("two results for %s", r.ID)
@@ -352,23 +363,9 @@ func TestFailureOutcomes(t *testing.T) {
 
 func deadLetters(t *testing.T, b *bundle) map[string]*schema.DeadLetter {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := b.js.Stream(ctx, schema.DeadStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]*schema.DeadLetter{}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue
-		}
-		d, err := schema.DecodeDeadLetter(m.Data)
+	for _, data := range b.stored(t, schema.DeadStream) {
+		d, err := schema.DecodeDeadLetter(data)
 		if err != nil {
 			t.Fatal(err)
 		}
