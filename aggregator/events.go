@@ -48,7 +48,9 @@ func (a *Aggregator) emit(now time.Time) {
 		a.log.Error("output is not being written", "err", s.WriteError)
 	}
 	for w, reason := range s.PausedWorkers {
-		a.log.Warn("worker paused", "worker", w, "reason", reason)
+		if reason != "stopping" { // a clean stop is not news
+			a.log.Warn("worker paused", "worker", w, "reason", reason)
+		}
 	}
 	if a.cfg.OnEvent != nil {
 		a.cfg.OnEvent(s)
