@@ -48,7 +48,7 @@ func (a *Aggregator) emit(now time.Time) {
 		a.log.Error("output is not being written", "err", s.WriteError)
 	}
 	for w, reason := range s.PausedWorkers {
-		if reason != "stopping" { // a clean stop is not news
+		if reason != schema.PausedStopping { // a clean stop is not news
 			a.log.Warn("worker paused", "worker", w, "reason", reason)
 		}
 	}

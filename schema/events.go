@@ -51,10 +51,14 @@ type Heartbeat struct {
 	// Retried counts transient failures handed back for a later attempt.
 	Retried int64 `json:"retried"`
 	// Paused is set, with PausedReason, while the worker has stopped
-	// pulling (for example while shutting down).
+	// pulling: its backend is down, or it is shutting down
+	// (PausedStopping).
 	Paused       bool   `json:"paused,omitempty"`
 	PausedReason string `json:"paused_reason,omitempty"`
 }
+
+// PausedStopping is the PausedReason of a worker that is shutting down.
+const PausedStopping = "stopping"
 
 // Throughput is what the aggregator publishes every few seconds on
 // ThroughputSubject and appends to events.jsonl.

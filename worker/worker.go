@@ -171,7 +171,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
 
-	reason := "stopping"
+	reason := schema.PausedStopping
 	w.paused.Store(&reason)
 	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", w.held.Load(), "grace", w.cfg.Grace)
 	idle := make(chan struct{})
