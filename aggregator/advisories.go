@@ -88,7 +88,7 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	}
 	out := nats.NewMsg(subject)
 	out.Data = data
-	out.Header.Set(schema.HeaderMsgID, a.cfg.Run+"/"+lastToken(raw.Subject))
+	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(a.cfg.Run, lastToken(raw.Subject), adv.StreamSeq, adv.Deliveries))
 	out.Header.Set(schema.HeaderPromptID, d.ID)
 	out.Header.Set(schema.HeaderRun, a.cfg.Run)
 	out.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindDeadLetter))

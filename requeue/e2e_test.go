@@ -76,8 +76,20 @@ func TestReplayedPromptLeavesFailed(t *testing.T) {
 		return l.Completed == 4 && l.Failed == 1
 	}, "4 completed and p0001 failed")
 
-	reject.Store(false)
+	// Replayed while the cause is still there, it fails again at once, well
+	// inside JetStream's two-minute de-duplication window: the new
+	// failure must be recorded (a dead letter to replay from), not lost.
 	rep, err := requeue.Replay(ctx, js, requeue.ReplayConfig{Run: run, Reasons: []string{schema.ReasonPermanent}})
+	if err != nil || rep.NumReplayed() != 1 {
+		t.Fatalf("first replay: %v, %+v", err, rep)
+	}
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		dry, err := requeue.Replay(ctx, js, requeue.ReplayConfig{Run: run, DryRun: true})
+		return err == nil && dry.NumReplayed() == 1 && agg.Last().Failed == 1
+	}, "the second failure recorded as a dead letter")
+
+	reject.Store(false)
+	rep, err = requeue.Replay(ctx, js, requeue.ReplayConfig{Run: run, Reasons: []string{schema.ReasonPermanent}})
 	if err != nil || rep.NumReplayed() != 1 {
 		t.Fatalf("replay: %v, %+v", err, rep)
 	}

@@ -93,6 +93,9 @@ func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	}
 	outcome := AlreadyQueued
 	if !queued {
+		if err := r.resetAttempts(ctx, q.ID); err != nil {
+			return 0, err
+		}
 		if old != nil {
 			keepSource(&q, old)
 			if err := r.purge(ctx, r.prompts, old); err != nil {
@@ -206,4 +209,21 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 // (which remembers ids, not subjects) does not drop the new copy.
 func requeueMsgID(run, id string, now time.Time) string {
 	return schema.MsgID(run, id) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
+}
+
+// resetAttempts forgets the failures counted against a prompt, so that a
+// replayed prompt gets the run's whole max_attempts again rather than
+// being dead-lettered at its first new failure.
+func (r *Requeuer) resetAttempts(ctx context.Context, id string) error {
+	kv, err := r.js.KeyValue(ctx, schema.AttemptsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil // no failure was ever counted
+	}
+	if err != nil {
+		return fmt.Errorf("requeue %q: open %s: %w", id, schema.AttemptsBucket, err)
+	}
+	if err := kv.Purge(ctx, schema.AttemptsKey(r.run, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("requeue %q: reset its failure count: %w", id, err)
+	}
+	return nil
 }

@@ -145,6 +145,15 @@ func ResultsConsumer(run string) string { return "aggregator-" + run }
 // DeadConsumer is the aggregator's durable consumer on DeadStream.
 func DeadConsumer(run string) string { return "aggregator-dead-" + run }
 
+// DeadMsgID is the Nats-Msg-Id of the dead letter written for one
+// delivery of a prompt message (promptSeq is its stream sequence).
+// Retries of the same publish share it; a later failure of the same
+// prompt, after a replay, gets another, so JetStream's de-duplication
+// window cannot swallow it.
+func DeadMsgID(run, subjectToken string, promptSeq, delivery uint64) string {
+	return fmt.Sprintf("%s/%s/%d.%d", run, subjectToken, promptSeq, delivery)
+}
+
 // MsgID is the Nats-Msg-Id of every message about one prompt of a run.
 // It is unique per stream, so the same value serves prompts, results and
 // dead letters.

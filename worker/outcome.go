@@ -126,6 +126,11 @@ func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *
 	case deadLetter:
 		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
 		if derr := w.publishDeadLetter(ctx, msg, attempt, p, reason, err); derr != nil {
+			if errors.Is(derr, errSuperseded) {
+				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
+				w.nak(msg, w.cfg.OutageRetry, log)
+				return
+			}
 			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
 			w.nak(msg, retryDelay(attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return

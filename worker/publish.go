@@ -70,7 +70,43 @@ func (w *Worker) publishDeadLetter(ctx context.Context, msg jetstream.Msg, attem
 	}
 	out := w.message(subject, schema.KindDeadLetter, d.ID, data)
 	out.Header.Set(schema.HeaderReason, reason)
-	return w.store(ctx, out)
+	if meta, err := msg.Metadata(); err == nil {
+		out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(w.cfg.Run, lastToken(subject), meta.Sequence.Stream, meta.NumDelivered))
+	}
+	if err := w.store(ctx, out); err != nil {
+		return err
+	}
+	return w.checkDeadLetterIsOurs(ctx, out, attempt)
+}
+
+// errSuperseded says the dead-letter subject holds an earlier failure of
+// the prompt: a replay has queued it again and has not yet removed that
+// dead letter. Terminating now would leave this failure unrecorded, so
+// the prompt is handed back to fail (or succeed) again a little later.
+var errSuperseded = errors.New("an earlier dead letter of this prompt is still stored (a replay is under way)")
+
+// checkDeadLetterIsOurs makes sure the stored dead letter is the one just
+// published (or a retry of it), not an earlier failure; on the prompt's
+// last delivery whatever is stored is accepted, since it will not come
+// back.
+func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, out *nats.Msg, attempt int) error {
+	if w.maxDeliver > 0 && attempt >= w.maxDeliver {
+		return nil
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	st, err := w.js.Stream(gctx, schema.DeadStream)
+	if err != nil {
+		return fmt.Errorf("check dead letter %s: %w", out.Subject, err)
+	}
+	stored, err := st.GetLastMsgForSubject(gctx, out.Subject)
+	if err != nil {
+		return fmt.Errorf("check dead letter %s: %w", out.Subject, err)
+	}
+	if stored.Header.Get(schema.HeaderMsgID) != out.Header.Get(schema.HeaderMsgID) {
+		return errSuperseded
+	}
+	return nil
 }
 
 func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
