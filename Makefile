@@ -51,3 +51,18 @@ install: build
 
 clean:
 	rm -rf bin
+
+# The chaos suite (chaos/): aerie as separate processes against the
+# simulator with injected faults, while workers, the aggregator and the
+# NATS server are killed; then every prompt must be in exactly one of
+# completions.jsonl and failed.jsonl, once. chaos-short (about 600
+# prompts, under a minute and a half) is the CI run; chaos (about 5,000
+# prompts) takes a few minutes. AERIE_CHAOS_* variables tune a run (see
+# chaos/chaos_test.go); a failed run keeps its work directory.
+.PHONY: chaos chaos-short
+
+chaos:
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 30m -run '^TestChaos$$' ./chaos/
+
+chaos-short:
+	$(GO) test -count=1 -v -short -timeout 5m -run '^TestChaosShort$$' ./chaos/

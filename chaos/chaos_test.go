@@ -1,0 +1,231 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/chaos"
+)
+
+// Environment variables that tune a run (all optional):
+//
+//	AERIE_CHAOS=1               also run TestChaos (5,000 prompts) and TestChaosReplay; =0 skips every run
+//	AERIE_CHAOS_SEED=N          seed (default: from the clock; printed in the report)
+//	AERIE_CHAOS_PROMPTS=N       number of prompts
+//	AERIE_CHAOS_MAX_ATTEMPTS=N  produce --max-attempts (default: produce's)
+//	AERIE_CHAOS_MAX_DELIVER=N   produce --max-deliver (default: produce's)
+//	AERIE_CHAOS_KILL_EVERY=4s   mean interval between worker kills (0: none)
+//	AERIE_CHAOS_WORKER_KILLS=N  most worker kills (0: no limit)
+//	AERIE_CHAOS_AGGREGATOR_KILLS_AT=0.3,0.7  shares of progress at which the aggregator is killed
+//	AERIE_CHAOS_AGGREGATOR_KILL_EVERY=0      also kill it at about this interval (stress)
+//	AERIE_CHAOS_NATS_RESTARTS_AT=0.5         ... at which the NATS server is stopped and restarted
+//	AERIE_CHAOS_REPLAYS_AT=0.4               ... at which `aerie replay` requeues every dead letter
+//	AERIE_CHAOS_FAULTS=429=0.007,500=0.007,503=0.006,hang=0.005,disconnect=0.005
+//	                            the simulator's fault rates (kinds not named keep theirs)
+//	AERIE_CHAOS_NATS_STOP=kill  how the NATS server is stopped: kill (SIGKILL) or term (SIGTERM)
+//	AERIE_CHAOS_NATS_DOWN=2s    how long it stays down
+//	AERIE_CHAOS_SPEED=6         simulator time scale
+//	AERIE_CHAOS_TIMEOUT=15m     bound on the run after produce
+//	AERIE_CHAOS_DIR=DIR         keep the work directory (logs, output, store) under DIR
+//	AERIE_CHAOS_KEEP=1          keep the work directory in the system's temp directory
+//	AERIE_CHAOS_RACE=1          build the aerie binary with the race detector
+//
+// The work directory is always kept when the test fails.
+
+// TestChaosShort is the CI run: about 600 prompts, one kill of each kind.
+// It runs with `go test ./...`, -short or not.
+func TestChaosShort(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") == "0" {
+		t.Skip("AERIE_CHAOS=0")
+	}
+	runChaos(t, chaos.Short())
+}
+
+// TestChaos is the full run: about 5,000 prompts, a worker killed every
+// few seconds, two aggregator kills and a NATS restart. Opt-in.
+func TestChaos(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 5,000-prompt chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the 5,000-prompt chaos run is not short; see TestChaosShort")
+	}
+	runChaos(t, chaos.Long())
+}
+
+// TestChaosReplay puts dead-lettered prompts back to work with `aerie
+// replay` during the run, while the aggregator is killed every couple of
+// seconds. Opt-in, like TestChaos.
+func TestChaosReplay(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 for the replay chaos run")
+	}
+	runChaos(t, chaos.Replays())
+}
+
+func runChaos(t *testing.T, cfg chaos.Config) {
+	cfg.Seed = time.Now().UnixNano() % 1_000_000
+	applyEnv(t, &cfg)
+	cfg.Dir = workDir(t)
+	cfg.Bin = buildAerie(t, cfg.Dir)
+	// Actions go to stdout as they happen: `go test -v` shows them live,
+	// plain `go test` only when the test fails.
+	cfg.Logf = func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+	h, err := chaos.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+
+	ctx := context.Background()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	rep, err := h.Run(ctx)
+	fmt.Print(rep)
+	if err != nil {
+		if errors.Is(err, chaos.ErrStalled) {
+			t.Fatalf("stalled: the aggregator did not finish the %d prompts (seed %d); NATS state above, logs in %s",
+				cfg.Prompts, cfg.Seed, cfg.Dir)
+		}
+		t.Fatalf("seed %d: %v", cfg.Seed, err)
+	}
+	o := rep.Outcome
+	if len(o.Duplicates) > 0 || len(o.Missing) > 0 || len(o.InBoth) > 0 {
+		t.Errorf("seed %d: %d duplicates, %d in both files, %d missing: every prompt must end in exactly one of completions.jsonl and failed.jsonl, once",
+			cfg.Seed, len(o.Duplicates), len(o.InBoth), len(o.Missing))
+	}
+	if len(o.Unparseable) > 0 || len(o.Unknown) > 0 {
+		t.Errorf("seed %d: %d unparseable lines, %d ids not in the input", cfg.Seed, len(o.Unparseable), len(o.Unknown))
+	}
+	if len(o.Unreplayable) > 0 {
+		t.Errorf("seed %d: %d prompts in failed.jsonl have no dead letter (nor a result): `aerie replay` cannot reach them", cfg.Seed, len(o.Unreplayable))
+	}
+	if len(rep.Races) > 0 {
+		t.Errorf("seed %d: data races reported in %v", cfg.Seed, rep.Races)
+	}
+	if len(rep.Unexpected) > 0 {
+		t.Errorf("seed %d: %d processes exited on their own (see the report)", cfg.Seed, len(rep.Unexpected))
+	}
+	if t.Failed() {
+		t.Logf("work dir kept: %s", cfg.Dir)
+	}
+}
+
+// workDir is a fresh directory for the run, removed at the end unless the
+// test failed or AERIE_CHAOS_DIR / AERIE_CHAOS_KEEP ask to keep it.
+func workDir(t *testing.T) string {
+	t.Helper()
+	parent, keep := os.Getenv("AERIE_CHAOS_DIR"), os.Getenv("AERIE_CHAOS_KEEP") == "1"
+	if parent != "" {
+		keep = true
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := os.MkdirTemp(parent, "aerie-"+t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if keep || t.Failed() {
+			t.Logf("work dir: %s", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove work dir: %v", err)
+		}
+	})
+	return dir
+}
+
+func buildAerie(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "aerie")
+	args := []string{"build", "-o", bin}
+	if os.Getenv("AERIE_CHAOS_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/aerie-dev/aerie/cmd/aerie")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, out)
+	}
+	return bin
+}
+
+func applyEnv(t *testing.T, c *chaos.Config) {
+	t.Helper()
+	env := func(key string, set func(string) error) {
+		if v := os.Getenv(key); v != "" {
+			if err := set(v); err != nil {
+				t.Fatalf("%s=%q: %v", key, v, err)
+			}
+		}
+	}
+	duration := func(d *time.Duration) func(string) error {
+		return func(s string) (err error) { *d, err = time.ParseDuration(s); return err }
+	}
+	env("AERIE_CHAOS_SEED", func(s string) (err error) { c.Seed, err = strconv.ParseInt(s, 10, 64); return err })
+	env("AERIE_CHAOS_PROMPTS", func(s string) (err error) { c.Prompts, err = strconv.Atoi(s); return err })
+	env("AERIE_CHAOS_SPEED", func(s string) (err error) { c.Speed, err = strconv.ParseFloat(s, 64); return err })
+	env("AERIE_CHAOS_MAX_ATTEMPTS", func(s string) (err error) { c.MaxAttempts, err = strconv.Atoi(s); return err })
+	env("AERIE_CHAOS_MAX_DELIVER", func(s string) (err error) { c.MaxDeliver, err = strconv.Atoi(s); return err })
+	env("AERIE_CHAOS_WORKER_KILLS", func(s string) (err error) { c.WorkerKills, err = strconv.Atoi(s); return err })
+	env("AERIE_CHAOS_NATS_STOP", func(s string) error { c.NATSStop = s; return nil })
+	env("AERIE_CHAOS_AGGREGATOR_KILLS_AT", shares(&c.AggregatorKillsAt))
+	env("AERIE_CHAOS_NATS_RESTARTS_AT", shares(&c.NATSRestartsAt))
+	env("AERIE_CHAOS_REPLAYS_AT", shares(&c.ReplaysAt))
+	env("AERIE_CHAOS_FAULTS", func(s string) error { return faults(c, s) })
+	env("AERIE_CHAOS_KILL_EVERY", duration(&c.WorkerKillEvery))
+	env("AERIE_CHAOS_AGGREGATOR_KILL_EVERY", duration(&c.AggregatorKillEvery))
+	env("AERIE_CHAOS_NATS_DOWN", duration(&c.NATSDown))
+	env("AERIE_CHAOS_TIMEOUT", duration(&c.Timeout))
+}
+
+// shares parses a comma-separated list of progress shares ("" is none).
+func shares(dst *[]float64) func(string) error {
+	return func(s string) error {
+		*dst = nil
+		for _, f := range strings.Split(s, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				return err
+			}
+			*dst = append(*dst, v)
+		}
+		return nil
+	}
+}
+
+// faults parses KIND=RATE,... into the simulator's fault rates.
+func faults(c *chaos.Config, s string) error {
+	rates := map[string]*float64{"429": &c.Rate429, "500": &c.Rate500, "503": &c.Rate503,
+		"hang": &c.HangRate, "disconnect": &c.DisconnectRate}
+	for _, item := range strings.Split(s, ",") {
+		kind, rate, ok := strings.Cut(strings.TrimSpace(item), "=")
+		dst := rates[kind]
+		if !ok || dst == nil {
+			return fmt.Errorf("%q: want KIND=RATE with KIND one of 429, 500, 503, hang, disconnect", item)
+		}
+		v, err := strconv.ParseFloat(rate, 64)
+		if err != nil {
+			return fmt.Errorf("%q: %w", item, err)
+		}
+		*dst = v
+	}
+	return nil
+}

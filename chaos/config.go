@@ -1,0 +1,225 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NATS stop modes for Config.NATSStop.
+const (
+	// StopKill ends the server with SIGKILL: no flush, no clean shutdown.
+	// The store is fsynced on every write, so nothing acknowledged may be
+	// lost; consumer state written since the last flush may be.
+	StopKill = "kill"
+	// StopTerm asks the server to shut down cleanly (SIGTERM).
+	StopTerm = "term"
+)
+
+// Model is the model the simulator serves and the run asks for.
+const Model = "moonshotai/Kimi-K2.5"
+
+// Config describes one chaos run. Short and Long return the two runs the
+// suite does; a test may change any field before New.
+type Config struct {
+	// Bin is the aerie binary to run; required.
+	Bin string
+	// Dir is the work directory: prompts, NATS store, output, one log
+	// file per process. Required; it must exist.
+	Dir string
+	// Run names the aerie run.
+	Run string
+	// Seed feeds gen-prompts, the simulator's faults and answer lengths,
+	// the kill schedule's jitter, the choice of victim and the windows.
+	// Processes are not deterministic, so a seed reproduces the
+	// conditions of a run, not its exact interleaving.
+	Seed int64
+
+	// Prompts is how many prompts gen-prompts writes and produce queues.
+	Prompts int
+	// Workers is how many workers run at once; each one killed is
+	// replaced by a new one with a new name.
+	Workers int
+	// WindowMin and WindowMax bound each worker's --window, drawn at
+	// random for every worker started.
+	WindowMin, WindowMax int
+	// RequestTimeout is the workers' --request-timeout. A hung request
+	// holds its slot until then, so it must be short; every answer that
+	// is not hung must take less (see MaxTokens and Speed).
+	RequestTimeout time.Duration
+	// AckWait is produce's --ack-wait: how soon the prompts of a killed
+	// worker come back.
+	AckWait time.Duration
+	// MaxTokens is produce's --max-tokens. It bounds the longest answer,
+	// and so the longest request, to about MaxTokens decode steps.
+	MaxTokens int
+	// MaxAttempts, when positive, is produce's --max-attempts: the
+	// failures of its own a prompt may have before it is dead-lettered.
+	// Zero leaves produce's default.
+	MaxAttempts int
+	// MaxDeliver, when positive, is produce's --max-deliver: deliveries
+	// per prompt, killed workers' included. Zero leaves produce's default.
+	MaxDeliver int
+
+	// Speed, OutputMedian and OutputSigma are the simulator's time scale
+	// and answer length distribution (lognormal, in tokens).
+	Speed        float64
+	OutputMedian int
+	OutputSigma  float64
+	// MaxNumSeqs is the simulator's running-sequence cap; above the total
+	// of the windows, nothing queues inside the simulator.
+	MaxNumSeqs int
+	// Rate429, Rate500, Rate503, HangRate and DisconnectRate are the
+	// simulator's --fault-* shares of requests.
+	Rate429, Rate500, Rate503 float64
+	HangRate, DisconnectRate  float64
+
+	// WorkerKillEvery is the mean interval between two worker kills
+	// (each drawn between half and one and a half times it); zero kills
+	// no worker.
+	WorkerKillEvery time.Duration
+	// WorkerKills caps the number of worker kills; zero means no cap.
+	WorkerKills int
+	// KillFrom and KillUntil bound, as shares of the prompts accounted
+	// for in the output files, when workers are killed: from the first
+	// answers, until shortly before the end so the run can finish.
+	KillFrom, KillUntil float64
+	// AggregatorKillsAt lists the shares of progress at which the
+	// aggregator is killed and started again.
+	AggregatorKillsAt []float64
+	// AggregatorKillEvery, when positive, also kills the aggregator at
+	// about that interval (jittered like worker kills) while progress is
+	// in [KillFrom, KillUntil): a stress setting, zero in Short and Long.
+	AggregatorKillEvery time.Duration
+	// NATSRestartsAt lists the shares of progress at which the NATS
+	// server is stopped (NATSStop) and started again, on the same port
+	// and store, after NATSDown.
+	NATSRestartsAt []float64
+	NATSStop       string
+	NATSDown       time.Duration
+	// ReplaysAt lists the shares of progress at which `aerie replay`
+	// puts every dead-lettered prompt back to work; empty: never. A
+	// replayed prompt that completes must move from failed.jsonl to
+	// completions.jsonl, and one still in flight when the aggregator
+	// finishes keeps its failed line.
+	ReplaysAt []float64
+
+	// Timeout bounds the run from the end of produce to the
+	// aggregator's exit; past it the run is reported as stalled.
+	Timeout time.Duration
+	// StuckAfter ends the run as stalled sooner: when the output files
+	// have not grown for that long and no consumer of the run has
+	// anything pending or unacknowledged. Zero means 30 seconds.
+	StuckAfter time.Duration
+	// Logf receives one line per action; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Short is the CI run: about 600 prompts, one worker kill, one
+// aggregator kill and one NATS restart, in well under a minute and a half
+// on two cores. Its windows are smaller than Long's so that the run
+// lasts several answer lengths.
+func Short() Config {
+	c := base()
+	c.Run = "chaos-short"
+	c.Prompts = 600
+	c.WindowMin, c.WindowMax = 20, 40
+	c.WorkerKillEvery = 2 * time.Second
+	c.WorkerKills = 1
+	c.KillFrom, c.KillUntil = 0.15, 0.9
+	c.AggregatorKillsAt = []float64{0.35}
+	c.NATSRestartsAt = []float64{0.55}
+	c.Timeout = 3 * time.Minute
+	return c
+}
+
+// Long is the full run: about 5,000 prompts, a worker killed every few
+// seconds, the aggregator killed twice, the NATS server killed once.
+func Long() Config {
+	c := base()
+	c.Run = "chaos"
+	c.Prompts = 5000
+	c.WindowMin, c.WindowMax = 50, 100
+	c.WorkerKillEvery = 4 * time.Second
+	c.KillFrom, c.KillUntil = 0.02, 0.95
+	c.AggregatorKillsAt = []float64{0.3, 0.7}
+	c.NATSRestartsAt = []float64{0.5}
+	c.Timeout = 15 * time.Minute
+	return c
+}
+
+// Replays is Short with many dead letters put back to work while the
+// aggregator is killed every couple of seconds: one attempt per prompt,
+// 429 on 15% of requests, `aerie replay` at three points. A replayed
+// prompt that fails again must get a dead letter again and end in
+// failed.jsonl.
+func Replays() Config {
+	c := Short()
+	c.Run = "chaos-replay"
+	c.Prompts = 1000
+	c.MaxAttempts = 1
+	c.Rate429 = 0.15
+	c.ReplaysAt = []float64{0.3, 0.5, 0.7}
+	c.AggregatorKillEvery = 2 * time.Second
+	return c
+}
+
+// base holds what Short and Long share: the faults (2% errors split over
+// 429, 500 and 503, 0.5% hangs, 0.5% cut streams) and a simulator whose
+// answers take a few seconds of wall time, the longest well under
+// RequestTimeout.
+func base() Config {
+	return Config{
+		Seed:           1,
+		Workers:        3,
+		RequestTimeout: 12 * time.Second,
+		AckWait:        5 * time.Second,
+		MaxTokens:      900,
+		Speed:          6,
+		OutputMedian:   400,
+		OutputSigma:    0.35,
+		MaxNumSeqs:     512,
+		Rate429:        0.007,
+		Rate500:        0.007,
+		Rate503:        0.006,
+		HangRate:       0.005,
+		DisconnectRate: 0.005,
+		NATSStop:       StopKill,
+		NATSDown:       2 * time.Second,
+	}
+}
+
+// Validate reports every problem with the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("chaos: "+format, args...)) }
+	if c.Bin == "" || c.Dir == "" || c.Run == "" {
+		bad("Bin, Dir and Run are required")
+	}
+	if c.MaxAttempts < 0 || c.MaxDeliver < 0 || c.WorkerKills < 0 {
+		bad("max attempts, max deliver and worker kills must not be negative")
+	}
+	if c.Prompts < 1 || c.Workers < 1 {
+		bad("need at least one prompt and one worker, got %d and %d", c.Prompts, c.Workers)
+	}
+	if c.WindowMin < 1 || c.WindowMax < c.WindowMin {
+		bad("windows %d-%d: want 1 <= min <= max", c.WindowMin, c.WindowMax)
+	}
+	if c.RequestTimeout <= 0 || c.AckWait <= 0 || c.Timeout <= 0 || c.Speed <= 0 {
+		bad("request timeout, ack wait, timeout and speed must be positive")
+	}
+	if c.NATSStop != StopKill && c.NATSStop != StopTerm {
+		bad("NATS stop %q: use %q or %q", c.NATSStop, StopKill, StopTerm)
+	}
+	shares := append([]float64{c.KillFrom, c.KillUntil}, c.AggregatorKillsAt...)
+	shares = append(append(shares, c.NATSRestartsAt...), c.ReplaysAt...)
+	for _, at := range shares {
+		if at < 0 || at >= 1 {
+			bad("progress share %v is outside [0, 1)", at)
+		}
+	}
+	if sum := c.Rate429 + c.Rate500 + c.Rate503 + c.HangRate + c.DisconnectRate; sum > 1 {
+		bad("fault rates add up to %v, more than 1", sum)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,21 @@
+// Package chaos runs aerie the way it runs in production, as separate
+// processes (a NATS server, the vLLM simulator, a producer, several
+// workers and one aggregator), injects backend faults, kills processes
+// with SIGKILL while they work, and then checks aerie's promise: every
+// prompt ends in exactly one of completions.jsonl and failed.jsonl, never
+// twice, never missing.
+//
+// A Harness does one run. Its Config says how many prompts, which faults
+// the simulator injects and what to break: a worker every few seconds
+// (each replaced by a new one with a new name), the aggregator at given
+// shares of progress, and the NATS server (SIGKILL or SIGTERM, then a
+// restart on the same port and store). Progress is read from the
+// aggregator's output files, so the schedule adapts to the speed of the
+// machine. The Report says what was done and what came out.
+//
+// The tests of this package are the suite: TestChaosShort (about 600
+// prompts, one kill of each kind) runs with `go test ./...`;
+// TestChaos (about 5,000 prompts, a worker killed every few seconds) only
+// with AERIE_CHAOS=1. See `make chaos` and `make chaos-short`, and
+// chaos_test.go for the environment variables that tune a run.
+package chaos

@@ -1,0 +1,218 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/aggregator"
+)
+
+// ErrStalled is returned by Run when the aggregator has not finished the
+// run within Config.Timeout, or the run is stuck (see Config.StuckAfter).
+var ErrStalled = errors.New("chaos: the run did not finish in time")
+
+// Harness does one chaos run. Close it when done, whatever Run returned:
+// it kills every process the harness started.
+type Harness struct {
+	cfg  Config
+	rng  *rand.Rand
+	logf func(format string, args ...any)
+
+	logs, data, store, prompts string
+	natsAddr, simAddr          string
+	began                      time.Time
+
+	mu    sync.Mutex
+	procs []*process // every process started, for Close
+	nc    *nats.Conn // the harness's own connection, for the stuck check
+
+	// Owned by Run's goroutine.
+	js         jetstream.JetStream
+	server     *process
+	sim        *process
+	aggregator *process
+	workers    []*process // running workers
+	started    map[string]int
+	lastStart  time.Time // when the latest process was started
+	kills      Kills
+	unexpected []string
+	progress   progress
+}
+
+// Kills counts what the harness broke, and the replays it ran.
+type Kills struct {
+	Workers, Aggregators, NATS int
+	Replays                    int
+}
+
+// New prepares a run in cfg.Dir; it starts nothing.
+func New(cfg Config) (*Harness, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	h := &Harness{
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6368616f73)),
+		logf:    cfg.Logf,
+		logs:    filepath.Join(cfg.Dir, "logs"),
+		data:    filepath.Join(cfg.Dir, "data"),
+		store:   filepath.Join(cfg.Dir, "nats"),
+		prompts: filepath.Join(cfg.Dir, "prompts.jsonl"),
+		started: map[string]int{},
+	}
+	if h.logf == nil {
+		h.logf = func(string, ...any) {}
+	}
+	for _, d := range []string{h.logs, h.data, h.store} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	out := filepath.Join(h.data, cfg.Run)
+	h.progress = progress{
+		total:       cfg.Prompts,
+		completions: newLineCounter(filepath.Join(out, aggregator.CompletionsFile)),
+		failed:      newLineCounter(filepath.Join(out, aggregator.FailedFile)),
+	}
+	return h, nil
+}
+
+// Dir is the work directory: prompts.jsonl, data/<run>/, nats/, logs/.
+func (h *Harness) Dir() string { return h.cfg.Dir }
+
+// NATSURL is the NATS server's client URL, once Run has chosen a port.
+func (h *Harness) NATSURL() string { return "nats://" + h.natsAddr }
+
+// Close kills, by PID, every process the harness started that is still
+// running. It may be called more than once.
+func (h *Harness) Close() {
+	h.mu.Lock()
+	procs := append([]*process(nil), h.procs...)
+	nc := h.nc
+	h.mu.Unlock()
+	if nc != nil {
+		nc.Close()
+	}
+	for _, p := range procs {
+		if !p.exited() {
+			p.kill()
+		}
+	}
+}
+
+// Run does the whole run: writes the prompts, starts the server, the
+// simulator, the workers and the aggregator, produces, breaks things on
+// schedule until the aggregator finishes (it runs with --exit-when-done),
+// and checks the output. The Report is filled in as far as the run got,
+// also when Run returns an error; ErrStalled means the aggregator did not
+// finish, and the Report then holds the NATS state.
+func (h *Harness) Run(ctx context.Context) (*Report, error) {
+	h.began = time.Now()
+	rep := &Report{Config: h.cfg}
+	defer func() {
+		rep.Kills = h.kills
+		rep.Unexpected = h.unexpected
+		if rep.Wall == 0 {
+			rep.Wall = time.Since(h.began)
+		}
+	}()
+	ids, err := h.setUp(ctx)
+	if err != nil {
+		return rep, err
+	}
+	runErr := h.conduct(ctx)
+	rep.Wall = time.Since(h.began)
+	rep.Faults = simFaults(h.simAddr)
+	if err := h.check(ctx, rep, ids, runErr == nil); err != nil {
+		return rep, errors.Join(runErr, err)
+	}
+	return rep, runErr
+}
+
+// setUp writes the prompts, starts the server, the simulator, the
+// workers and the aggregator, and produces. It returns the input ids.
+func (h *Harness) setUp(ctx context.Context) ([]string, error) {
+	ids, err := h.writePrompts()
+	if err != nil {
+		return nil, err
+	}
+	if h.natsAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if h.simAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if err := h.startServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.startSim(ctx); err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(h.NATSURL(), nats.Name("aerie-chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.nc = nc
+	h.mu.Unlock()
+	if h.js, err = jetstream.New(nc); err != nil {
+		return nil, err
+	}
+	for range h.cfg.Workers {
+		if err := h.startWorker(); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.startAggregator(); err != nil {
+		return nil, err
+	}
+	return ids, h.produce()
+}
+
+// check reads the output files into rep.Outcome. When the run finished
+// it also checks that every failed prompt kept its dead letter; when
+// anything is wrong it adds the NATS state to the report.
+func (h *Harness) check(ctx context.Context, rep *Report, ids []string, finished bool) error {
+	out := filepath.Join(h.data, h.cfg.Run)
+	o, err := verify(ids, filepath.Join(out, aggregator.CompletionsFile), filepath.Join(out, aggregator.FailedFile))
+	if err != nil {
+		return err
+	}
+	rep.Outcome = o
+	rep.Races = raceReports(h.logs)
+	if finished {
+		un, checked, err := unreplayable(ctx, h.NATSURL(), h.cfg.Run, o.failedIDs, time.Minute)
+		switch {
+		case err != nil:
+			h.log("cannot check that failed prompts keep their dead letters: %v", err)
+		case !checked:
+			h.log("workers still busy a minute after the aggregator finished: not checking that failed prompts keep their dead letters")
+		default:
+			o.Unreplayable = un
+			rep.DeadLettersChecked = true
+		}
+	}
+	if !finished || !o.OK() {
+		traced := append(append(append([]string(nil), o.Missing...), o.InBoth...), o.Unknown...)
+		rep.State = natsState(h.NATSURL(), h.cfg.Run, append(traced, o.Unreplayable...))
+	}
+	return nil
+}
+
+// describe lists processes for a log line.
+func describe(ps []*process) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.name
+	}
+	return strings.Join(names, " ")
+}

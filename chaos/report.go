@@ -1,0 +1,168 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Report is what a run did and what came out of it.
+type Report struct {
+	Config Config
+	Kills  Kills
+	// Unexpected describes each process that exited without being asked
+	// (it was replaced).
+	Unexpected []string
+	// Races names the process logs holding a data race report (only a
+	// binary built with -race writes them).
+	Races []string
+	// Faults counts the faults the simulator injected, by kind; nil if
+	// it could not be asked.
+	Faults map[string]int64
+	// Outcome is the check of the output files; nil if the run did not
+	// get that far.
+	Outcome *Outcome
+	// DeadLettersChecked is set when every id of failed.jsonl was looked
+	// up in AERIE_DEAD (Outcome.Unreplayable).
+	DeadLettersChecked bool
+	// State is the NATS state, filled in when the run stalled or the
+	// output is wrong.
+	State string
+	Wall  time.Duration
+}
+
+// String is the report as a plain block, one figure per line.
+func (r *Report) String() string {
+	var b strings.Builder
+	c := r.Config
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(&b, "  %-18s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(&b, "chaos run %s (seed %d)\n", c.Run, c.Seed)
+	line("prompts", "%d, %d workers at a time (windows %d-%d), simulator at speed %g, request timeout %v, ack wait %v",
+		c.Prompts, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.RequestTimeout, c.AckWait)
+	line("faults asked", "429 %g, 500 %g, 503 %g, hang %g, disconnect %g",
+		c.Rate429, c.Rate500, c.Rate503, c.HangRate, c.DisconnectRate)
+	if r.Faults != nil {
+		line("faults injected", "%s", counts(r.Faults, []string{"429", "500", "503", "hang", "disconnect"}))
+	}
+	natsHow := "kill -9"
+	if c.NATSStop == StopTerm {
+		natsHow = "SIGTERM"
+	}
+	line("kills", "worker %d (kill -9), aggregator %d (kill -9), nats server %d (%s, restarted on the same port and store)",
+		r.Kills.Workers, r.Kills.Aggregators, r.Kills.NATS, natsHow)
+	if len(c.ReplaysAt) > 0 {
+		line("replays", "%d (aerie replay of every dead letter)", r.Kills.Replays)
+	}
+	line("unexpected exits", "%d", len(r.Unexpected))
+	if o := r.Outcome; o != nil {
+		line("completed", "%d (%d truncated at max_tokens)", o.Completed, o.Truncated)
+		failed := "none"
+		if len(o.FailedByReason) > 0 {
+			m := map[string]int64{}
+			for k, v := range o.FailedByReason {
+				m[k] = int64(v)
+			}
+			failed = counts(m, nil)
+		}
+		line("dead-lettered", "%d: %s", o.Failed, failed)
+		line("duplicates", "%d%s", len(o.Duplicates), sample(o.Duplicates))
+		line("in both files", "%d%s", len(o.InBoth), sample(o.InBoth))
+		line("missing", "%d%s", len(o.Missing), sample(o.Missing))
+		line("unknown ids", "%d%s", len(o.Unknown), sample(o.Unknown))
+		line("unparseable", "%d%s", len(o.Unparseable), sample(o.Unparseable))
+		if r.DeadLettersChecked {
+			line("unreplayable", "%d (failed without a dead letter)%s", len(o.Unreplayable), sample(o.Unreplayable))
+		} else {
+			line("unreplayable", "not checked")
+		}
+	} else {
+		line("output", "not checked: the run did not get that far")
+	}
+	line("wall time", "%v", r.Wall.Round(100*time.Millisecond))
+	line("work dir", "%s", c.Dir)
+	if len(r.Races) > 0 {
+		line("data races", "%d logs: %s", len(r.Races), strings.Join(r.Races, ", "))
+	}
+	for _, u := range r.Unexpected {
+		fmt.Fprintf(&b, "unexpected exit: %s\n", u)
+	}
+	if r.State != "" {
+		b.WriteString(r.State)
+	}
+	return b.String()
+}
+
+// counts formats a count per kind: the kinds in order first, then any
+// others sorted.
+func counts(m map[string]int64, order []string) string {
+	seen := map[string]bool{}
+	var parts []string
+	for _, k := range order {
+		seen[k] = true
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	var rest []string
+	for k := range m {
+		if !seen[k] && m[k] != 0 {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sample shows the first few items of a list that should be empty.
+func sample(items []string) string {
+	if len(items) == 0 {
+		return ""
+	}
+	const n = 5
+	if len(items) <= n {
+		return ": " + strings.Join(items, ", ")
+	}
+	return fmt.Sprintf(": %s, ... (%d more)", strings.Join(items[:n], ", "), len(items)-n)
+}
+
+// simFaults asks the simulator what it injected; nil if it cannot.
+func simFaults(addr string) map[string]int64 {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/admin/faults")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		Injected map[string]int64 `json:"injected"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rep) != nil {
+		return nil
+	}
+	return rep.Injected
+}
+
+// raceReports returns the log files in dir that hold a data race report.
+func raceReports(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err == nil && bytes.Contains(b, []byte("WARNING: DATA RACE")) {
+			found = append(found, filepath.Join(dir, e.Name()))
+		}
+	}
+	return found
+}

@@ -1,0 +1,164 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// writePrompts runs gen-prompts and reads back the ids.
+func (h *Harness) writePrompts() ([]string, error) {
+	p, err := h.start("gen-prompts", "gen-prompts", "--count", strconv.Itoa(h.cfg.Prompts),
+		"--out", h.prompts, "--seed", strconv.FormatInt(h.cfg.Seed, 10))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.wait(2 * time.Minute); err != nil {
+		return nil, fmt.Errorf("gen-prompts: %w\n%s", err, p.tail(20))
+	}
+	return inputIDs(h.prompts)
+}
+
+func (h *Harness) produce() error {
+	args := []string{"produce", "--nats", h.NATSURL(), "--run", h.cfg.Run,
+		"--prompts", h.prompts, "--model", Model, "--max-tokens", strconv.Itoa(h.cfg.MaxTokens),
+		"--ack-wait", h.cfg.AckWait.String()}
+	if h.cfg.MaxAttempts > 0 {
+		args = append(args, "--max-attempts", strconv.Itoa(h.cfg.MaxAttempts))
+	}
+	if h.cfg.MaxDeliver > 0 {
+		args = append(args, "--max-deliver", strconv.Itoa(h.cfg.MaxDeliver))
+	}
+	p, err := h.start("produce", args...)
+	if err != nil {
+		return err
+	}
+	if err := p.wait(5 * time.Minute); err != nil {
+		return fmt.Errorf("produce: %w\n%s", err, p.tail(20))
+	}
+	h.log("produced %d prompts", h.cfg.Prompts)
+	return nil
+}
+
+// start runs an aerie command under a log name unique in this run
+// ("w4", "nats-2", ...).
+func (h *Harness) start(name string, args ...string) (*process, error) {
+	p, err := startProcess(h.cfg.Bin, h.logs, name, args...)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.procs = append(h.procs, p)
+	h.mu.Unlock()
+	h.lastStart = time.Now()
+	return p, nil
+}
+
+// next numbers the processes of a kind: "aggregator" gives aggregator-1,
+// aggregator-2, ...
+func (h *Harness) next(kind string) string {
+	h.started[kind]++
+	return fmt.Sprintf("%s-%d", kind, h.started[kind])
+}
+
+func (h *Harness) startServer(ctx context.Context) error {
+	p, err := h.start(h.next("nats"), "server", "--listen", h.natsAddr, "--store", h.store)
+	if err != nil {
+		return err
+	}
+	h.server = p
+	if err := waitTCP(ctx, h.natsAddr, p, 30*time.Second); err != nil {
+		return fmt.Errorf("NATS server: %w\n%s", err, p.tail(20))
+	}
+	return nil
+}
+
+func (h *Harness) startSim(ctx context.Context) error {
+	c := h.cfg
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	p, err := h.start("sim", "sim", "--listen", h.simAddr, "--speed", f(c.Speed),
+		"--output-median", strconv.Itoa(c.OutputMedian), "--output-sigma", f(c.OutputSigma),
+		"--max-num-seqs", strconv.Itoa(c.MaxNumSeqs), "--seed", strconv.FormatInt(c.Seed, 10),
+		"--fault-429", f(c.Rate429), "--fault-500", f(c.Rate500), "--fault-503", f(c.Rate503),
+		"--fault-hang", f(c.HangRate), "--fault-disconnect", f(c.DisconnectRate))
+	if err != nil {
+		return err
+	}
+	h.sim = p
+	if err := waitTCP(ctx, h.simAddr, p, 30*time.Second); err != nil {
+		return fmt.Errorf("simulator: %w\n%s", err, p.tail(20))
+	}
+	return nil
+}
+
+// startWorker starts a worker with a new name and a window drawn from
+// the configured range.
+func (h *Harness) startWorker() error {
+	h.started["w"]++
+	name := fmt.Sprintf("w%d", h.started["w"])
+	window := h.cfg.WindowMin + h.rng.IntN(h.cfg.WindowMax-h.cfg.WindowMin+1)
+	p, err := h.start(name, "work", "--nats", h.NATSURL(), "--run", h.cfg.Run,
+		"--backend", "http://"+h.simAddr, "--window", strconv.Itoa(window), "--name", name,
+		"--grace", "2s", "--request-timeout", h.cfg.RequestTimeout.String())
+	if err != nil {
+		return err
+	}
+	h.workers = append(h.workers, p)
+	h.log("started worker %s (pid %d, window %d)", name, p.pid(), window)
+	return nil
+}
+
+func (h *Harness) startAggregator() error {
+	name := h.next("aggregator")
+	p, err := h.start(name, "aggregate", "--nats", h.NATSURL(), "--run", h.cfg.Run,
+		"--data-dir", h.data, "--exit-when-done", "--event-interval", "1s")
+	if err != nil {
+		return err
+	}
+	h.aggregator = p
+	h.log("started %s (pid %d)", name, p.pid())
+	return nil
+}
+
+func (h *Harness) log(format string, args ...any) {
+	elapsed := time.Since(h.began).Seconds()
+	h.logf("[%6.1fs] %s", elapsed, fmt.Sprintf(format, args...))
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// waitTCP polls addr until it accepts a connection, p exits, ctx ends or
+// timeout passes.
+func waitTCP(ctx context.Context, addr string, p *process, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%s not accepting connections after %v", addr, timeout)
+		case <-p.done:
+			return fmt.Errorf("%s exited: %s", p.name, p.exitStatus())
+		case <-tick.C:
+		}
+	}
+}
