@@ -71,6 +71,9 @@ func ensureConsumer(ctx context.Context, js jetstream.JetStream, stream string, 
 	if err == nil {
 		return c, nil
 	}
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("stream %s does not exist: run `aerie produce` (it creates aerie's streams) and start again: %w", stream, err)
+	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("look up consumer %s on stream %s: %w", cfg.Durable, stream, err)
 	}
