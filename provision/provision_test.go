@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +80,17 @@ func TestProvisionIsIdempotent(t *testing.T) {
 	}
 	if got := c.CachedInfo().Config.AckWait; got != 5*time.Second {
 		t.Fatalf("existing consumer was overridden: AckWait = %v", got)
+	}
+}
+
+// A consumer whose stream is missing is an error that says what to do.
+func TestConsumerWithoutStreamSaysWhatToDo(t *testing.T) {
+	s := brokertest.Start(t)
+	_, js := brokertest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := provision.AdvisoriesConsumer(ctx, js, "r")
+	if err == nil || !strings.Contains(err.Error(), "run `aerie produce`") {
+		t.Fatalf("err = %v, want advice to run aerie produce", err)
 	}
 }
