@@ -95,10 +95,18 @@ func DecodeDeadLetter(b []byte) (*DeadLetter, error) {
 	return d, decode(KindDeadLetter, b, d)
 }
 
-func decode(kind string, b []byte, v versioned) error {
+func decode(kind string, b []byte, v versioned) (err error) {
 	if len(b) == 0 {
 		return &DecodeError{Kind: kind, Err: errors.New("empty payload")}
 	}
+	// The msgpack library panics on some malformed input (a nil where a
+	// time.Time is expected, for one); a message from the wire must never
+	// take a worker or the aggregator down.
+	defer func() {
+		if r := recover(); r != nil {
+			err = &DecodeError{Kind: kind, Err: fmt.Errorf("malformed payload: %v", r)}
+		}
+	}()
 	dec := msgpack.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
 		return &DecodeError{Kind: kind, Err: err}
