@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/aerie-dev/aerie/aggregator"
 )
@@ -14,14 +13,8 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", aggregator.DefaultDataDir), "output root: writes <data-dir>/<run>/completions.jsonl, failed.jsonl, events.jsonl (env AERIE_DATA_DIR)")
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
 	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run is completed or failed")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := lf.logger(os.Stderr)
+	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
-		return err
-	}
-	if err := requireRun(*run); err != nil {
 		return err
 	}
 	nc, js, err := connect(nf, "aerie-aggregate", log)

@@ -61,6 +61,22 @@ func addNATSFlags(fs *flag.FlagSet) *natsFlags {
 	return nf
 }
 
+// parseRunFlags parses the flags of a command that works on one run, sets
+// up the logger and checks --run.
+func parseRunFlags(fs *flag.FlagSet, lf *logFlags, args []string, run *string) (*slog.Logger, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireRun(*run); err != nil {
+		return nil, err
+	}
+	return log, nil
+}
+
 // requireRun checks the --run flag.
 func requireRun(run string) error {
 	if run == "" {

@@ -55,14 +55,8 @@ func cmdProduce(ctx context.Context, args []string) error {
 	fs.DurationVar(&prov.AckWait, "ack-wait", provision.DefaultAckWait, "when the run's consumer is created: how long a silent worker keeps a prompt before it is redelivered (workers progress-ack every ack-wait/3)")
 	fs.IntVar(&prov.MaxDeliver, "max-deliver", provision.DefaultMaxDeliver, "when the run's consumer is created: attempts per prompt before it is dead-lettered")
 	fs.IntVar(&prov.MaxAckPending, "max-ack-pending", provision.DefaultMaxAckPending, "when the run's consumer is created: prompts in flight across all workers; at least workers x window")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := lf.logger(os.Stderr)
+	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
-		return err
-	}
-	if err := requireRun(*run); err != nil {
 		return err
 	}
 	if *prompts == "" {

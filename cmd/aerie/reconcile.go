@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/aerie-dev/aerie/aggregator"
@@ -33,14 +32,8 @@ func cmdReconcile(ctx context.Context, args []string) error {
 	prompts := fs.String("prompts", "", "the JSONL file the run was produced from")
 	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", aggregator.DefaultDataDir), "output root: reads <data-dir>/<run>/completions.jsonl and failed.jsonl (env AERIE_DATA_DIR)")
 	dryRun := fs.Bool("dry-run", false, "print what would be requeued and change nothing")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := lf.logger(os.Stderr)
+	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
-		return err
-	}
-	if err := requireRun(*run); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

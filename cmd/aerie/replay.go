@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/aerie-dev/aerie/requeue"
@@ -36,14 +35,8 @@ func cmdReplay(ctx context.Context, args []string) error {
 	ids := fs.String("ids", "", "replay only the prompt ids listed in `FILE`, one per line: plain text, a JSON string, or a JSON object with \"id\" (failed.jsonl will do)")
 	maxTokens := fs.Int("max-tokens", 0, "generate the replayed prompts with this max_tokens instead of the run's (0: the run's), e.g. for truncated answers")
 	dryRun := fs.Bool("dry-run", false, "print what would be replayed (counts by reason, first ids) and change nothing")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := lf.logger(os.Stderr)
+	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
-		return err
-	}
-	if err := requireRun(*run); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

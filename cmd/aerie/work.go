@@ -23,14 +23,8 @@ func cmdWork(ctx context.Context, args []string) error {
 	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
 	grace := fs.Duration("grace", worker.DefaultGrace, "on SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back")
 	timeout := fs.Duration("request-timeout", openai.DefaultRequestTimeout, "per-request timeout: long reasoning answers take many minutes")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	log, err := lf.logger(os.Stderr)
+	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
-		return err
-	}
-	if err := requireRun(*run); err != nil {
 		return err
 	}
 	key, err := apiKey(*keyFile)
