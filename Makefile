@@ -29,8 +29,11 @@ $(DATA)/prompts-$(PROMPTS).jsonl: | build
 run: build $(DATA)/prompts-$(PROMPTS).jsonl
 	$(BIN) run --run $(RUN) --prompts $(DATA)/prompts-$(PROMPTS).jsonl --data-dir $(DATA) --sim-speed $(SPEED)
 
+# staticcheck is pinned in go.mod (tool directive), so every machine runs
+# the same version.
 vet:
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
 test: vet

@@ -113,11 +113,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	}
 	defer a.close()
 
-	results, err := provision.ResultsConsumer(ctx, a.js, a.cfg.Run, a.cfg.Provision)
+	results, err := provision.ResultsConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	dead, err := provision.DeadConsumer(ctx, a.js, a.cfg.Run, a.cfg.Provision)
+	dead, err := provision.DeadConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}

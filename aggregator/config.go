@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -36,8 +35,6 @@ type Config struct {
 	// OnEvent, if set, is called with every throughput event (for a live
 	// display). It must not block.
 	OnEvent func(schema.Throughput)
-	// Provision is used if the run's consumers do not exist yet.
-	Provision provision.Options
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }

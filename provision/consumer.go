@@ -38,8 +38,7 @@ const AggregatorAckWait = 15 * time.Second
 
 // ResultsConsumer returns the aggregator's durable consumer on the results
 // of run, creating it if missing.
-func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
-	opts = opts.withDefaults()
+func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string) (jetstream.Consumer, error) {
 	return ensureConsumer(ctx, js, schema.ResultsStream, jetstream.ConsumerConfig{
 		Durable:       schema.ResultsConsumer(run),
 		Description:   "aerie aggregator of run " + run,
@@ -53,8 +52,7 @@ func ResultsConsumer(ctx context.Context, js jetstream.JetStream, run string, op
 
 // DeadConsumer returns the aggregator's durable consumer on the dead
 // letters of run, creating it if missing.
-func DeadConsumer(ctx context.Context, js jetstream.JetStream, run string, opts Options) (jetstream.Consumer, error) {
-	opts = opts.withDefaults()
+func DeadConsumer(ctx context.Context, js jetstream.JetStream, run string) (jetstream.Consumer, error) {
 	return ensureConsumer(ctx, js, schema.DeadStream, jetstream.ConsumerConfig{
 		Durable:       schema.DeadConsumer(run),
 		Description:   "aerie aggregator (dead letters) of run " + run,

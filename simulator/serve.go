@@ -84,9 +84,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // refuse closes the listener and every connection for a refuse outage,
 // after any admin request that began it has sent its answer.
 func (s *Server) refuse(srv *http.Server) {
-	// Taking the lock only waits for those answers; nothing is guarded.
+	// Holding the lock, no admin answer is being written while the
+	// connections are cut, and none starts until they are.
 	s.outages.replying.Lock()
-	s.outages.replying.Unlock()
+	defer s.outages.replying.Unlock()
 	_ = srv.Close()
 }
 

@@ -58,7 +58,7 @@ func (f *fakeLLM) count(prompt string) int {
 
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.down.Load() {
-		http.Error(w, `{"error":{"message":"engine dead","type":"ServiceUnavailableError","code":503}}`, 503)
+		http.Error(w, `{"error":{"message":"engine dead","type":"ServiceUnavailableError","code":503}}`, http.StatusServiceUnavailable)
 		return
 	}
 	if r.URL.Path == "/health" {

@@ -53,7 +53,7 @@ func (w *Worker) publishDeadLetter(ctx context.Context, msg jetstream.Msg, attem
 		d.Status = apiErr.Status
 		d.Body = bounded(apiErr.Body, schema.MaxErrorBody)
 	}
-	subject := msg.Subject()
+	var subject string
 	if p != nil {
 		d.ID, d.Messages = p.ID, p.Messages
 		subject = schema.DeadSubject(w.cfg.Run, p.ID)
