@@ -35,7 +35,16 @@ const (
 	// AttemptsBucket counts, per prompt, the failures attributable to the
 	// prompt itself (not to a backend outage), keyed by AttemptsKey.
 	AttemptsBucket = "aerie-attempts"
+	// LeasesBucket holds leases: the aggregator of a run holds one
+	// (AggregatorLeaseKey) for as long as it writes the run's files, so
+	// that two aggregators, on one host or two, never write one run. Its
+	// entries expire unless renewed (see Lease).
+	LeasesBucket = "aerie-leases"
 )
+
+// AggregatorLeaseKey is the key, in LeasesBucket, of the lease that lets
+// one aggregator write run's output.
+func AggregatorLeaseKey(run string) string { return "aggregator." + run }
 
 // AttemptsKey is a prompt's key in AttemptsBucket.
 func AttemptsKey(run, promptID string) string { return run + "." + SubjectToken(promptID) }
@@ -67,6 +76,9 @@ const (
 	HeaderWorker = "Aerie-Worker"
 	// HeaderReason holds a dead letter's reason class.
 	HeaderReason = "Aerie-Reason"
+	// HeaderPromptSeq holds, on a dead letter, the stream sequence of the
+	// prompt message whose delivery failed (DeadLetter.PromptSeq).
+	HeaderPromptSeq = "Aerie-Prompt-Seq"
 )
 
 // Content types.

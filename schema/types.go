@@ -64,7 +64,15 @@ type Result struct {
 	TTFTMillis int64     `msgpack:"ttft_ms"`
 	LatencyMs  int64     `msgpack:"latency_ms"`
 	FinishedAt time.Time `msgpack:"finished_at"`
+	// Simulated is set when the answer came from aerie's simulator (it
+	// says so in system_fingerprint; see SimulatedFingerprint), so that
+	// rehearsal data cannot pass for a real model's.
+	Simulated bool `msgpack:"simulated,omitempty"`
 }
+
+// SimulatedFingerprint is the system_fingerprint aerie's simulator puts in
+// every response. A worker that sees it marks the result Simulated.
+const SimulatedFingerprint = "aerie-simulator"
 
 // Reason classes of a dead letter.
 const (
@@ -157,6 +165,12 @@ type DeadLetter struct {
 	Attempts int       `msgpack:"attempts"`
 	Worker   string    `msgpack:"worker"`
 	FailedAt time.Time `msgpack:"failed_at"`
+	// PromptSeq is the stream sequence of the prompt message whose
+	// delivery failed. A prompt queued again (replay, reconcile) has a new
+	// sequence, so a worker meeting a stored dead letter can tell its own
+	// earlier failure of the same message (settle at once) from one left
+	// by an earlier copy. Zero when unknown.
+	PromptSeq uint64 `msgpack:"prompt_seq,omitempty"`
 }
 
 // MaxErrorBody bounds the response body kept in a dead letter: enough for
@@ -177,4 +191,9 @@ type Manifest struct {
 	Source    string    `json:"source"`
 	Producer  string    `json:"producer"`
 	CreatedAt time.Time `json:"created_at"`
+	// PromptsDigest identifies the set of prompts of the run (ids,
+	// messages, per-prompt parameters), whatever their order in the file,
+	// so that producing the run again from an edited file is refused.
+	// Empty in manifests written before it existed.
+	PromptsDigest string `json:"prompts_digest,omitempty"`
 }
