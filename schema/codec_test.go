@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -115,6 +116,25 @@ func TestSubjectsAreSafe(t *testing.T) {
 	for _, bad := range []string{"", "a.b", "a b", "a>", strings.Repeat("x", 65)} {
 		if ValidateRun(bad) == nil {
 			t.Errorf("ValidateRun(%q) accepted a bad name", bad)
+		}
+	}
+}
+
+func TestDeadLetterPromptSeq(t *testing.T) {
+	for _, tc := range []struct {
+		header nats.Header
+		want   uint64
+		ok     bool
+	}{
+		{nats.Header{HeaderPromptSeq: {"42"}}, 42, true},
+		{nats.Header{HeaderPromptSeq: {"x"}}, 0, false},
+		{nats.Header{HeaderMsgID: {DeadMsgID("r", "abc", 17, 3)}}, 17, true},
+		{nats.Header{HeaderMsgID: {MsgID("r", "p")}}, 0, false}, // an older dead letter's id carries no sequence
+		{nats.Header{}, 0, false},
+	} {
+		got, ok := DeadLetterPromptSeq(tc.header)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("DeadLetterPromptSeq(%v) = %d, %v; want %d, %v", tc.header, got, ok, tc.want, tc.ok)
 		}
 	}
 }

@@ -5,6 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Stream names. Each stream holds every run; subjects carry the run name so
@@ -164,6 +168,28 @@ func DeadConsumer(run string) string { return "aggregator-dead-" + run }
 // window cannot swallow it.
 func DeadMsgID(run, subjectToken string, promptSeq, delivery uint64) string {
 	return fmt.Sprintf("%s/%s/%d.%d", run, subjectToken, promptSeq, delivery)
+}
+
+// DeadLetterPromptSeq returns the stream sequence of the prompt message a
+// stored dead letter was written for, from its HeaderPromptSeq or, for a
+// dead letter written before that header existed, from its message id
+// (DeadMsgID). ok is false when neither says.
+func DeadLetterPromptSeq(h nats.Header) (seq uint64, ok bool) {
+	if v := h.Get(HeaderPromptSeq); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		return n, err == nil && n > 0
+	}
+	id := h.Get(HeaderMsgID)
+	i := strings.LastIndexByte(id, '/')
+	if i < 0 {
+		return 0, false
+	}
+	seqText, _, found := strings.Cut(id[i+1:], ".")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(seqText, 10, 64)
+	return n, err == nil && n > 0
 }
 
 // MsgID is the Nats-Msg-Id of every message about one prompt of a run.

@@ -2,28 +2,31 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
-
-	"github.com/aerie-dev/aerie/openai"
 )
 
-// breaker stops a worker from feeding prompts to a backend that is down.
-// A run of consecutive backend failures (connections refused or cut, 502,
-// 503, 504) with no success in between opens it; while open the worker
-// pulls nothing, hands back prompts whose requests fail, and probes the
-// backend's /health with backoff; the first healthy probe closes it. The
-// zero value is not usable; see newBreaker.
+// breaker stops a worker from feeding prompts to a backend that cannot
+// answer them. A run of consecutive server faults (5xx, errors inside a
+// stream, connections refused or cut, no answer in time) with no success
+// in between opens it, and so does a single configuration fault (our
+// credentials refused, the run's model not served). While open the
+// worker pulls nothing, hands back prompts whose requests fail without
+// counting it against them, and probes the backend with backoff; the
+// first probe that passes closes it. The zero value is not usable; see
+// newBreaker.
 type breaker struct {
 	threshold int
 	probe     func(context.Context) error
 	// onChange is called, without the lock held, when the breaker opens
 	// or closes.
 	onChange func(open bool, reason string)
+	// onProbeFailure is called, without the lock held, with each failed
+	// probe and the time the breaker has been open.
+	onProbeFailure func(err error, open time.Duration)
 
 	mu       sync.Mutex
-	failures int // consecutive backend failures
+	failures int // consecutive server faults
 	open     bool
 	reason   string
 	openedAt time.Time
@@ -32,53 +35,40 @@ type breaker struct {
 	paused   time.Duration // total time spent open
 }
 
-// DefaultBreakerThreshold is the number of consecutive backend failures
-// that opens the breaker: enough that the odd cut stream of a healthy
-// server (a success resets the count) does not pause a worker, few enough
-// that an outage costs only a handful of requests.
+// DefaultBreakerThreshold is the number of consecutive server faults that
+// opens the breaker: enough that the odd cut stream of a healthy server
+// (a success resets the count) does not pause a worker, few enough that
+// an outage costs only a handful of requests.
 const DefaultBreakerThreshold = 5
 
-func newBreaker(threshold int, probe func(context.Context) error, onChange func(bool, string)) *breaker {
-	b := &breaker{threshold: threshold, probe: probe, onChange: onChange,
+func newBreaker(threshold int, probe func(context.Context) error, onChange func(bool, string), onProbeFailure func(error, time.Duration)) *breaker {
+	b := &breaker{threshold: threshold, probe: probe, onChange: onChange, onProbeFailure: onProbeFailure,
 		closed: make(chan struct{}), opened: make(chan struct{}, 1)}
 	close(b.closed)
 	return b
 }
 
-// backendDown reports whether err says the backend itself is unavailable,
-// as opposed to something about one request.
-func backendDown(err error) bool {
-	if err == nil {
-		return false
-	}
-	var apiErr *openai.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.Status {
-		case 502, 503, 504:
-			return true
-		}
-		return false
-	}
-	return openai.Classify(err) == openai.Transient
-}
-
 // record notes the outcome of a request. It returns true when the breaker
-// is open after it: the failure belongs to an outage, not to the prompt.
+// is open after it: the failure belongs to an outage or a configuration
+// fault, not to the prompt.
 func (b *breaker) record(err error) (open bool) {
+	f := faultOf(err)
 	b.mu.Lock()
-	if !backendDown(err) {
-		if err == nil || openai.Classify(err) != openai.Canceled {
+	switch f {
+	case noFault, answered:
+		if err == nil || f == answered {
 			b.failures = 0
 		}
 		open = b.open
 		b.mu.Unlock()
 		return open
+	case serverFault:
+		b.failures++
 	}
-	b.failures++
-	opening := !b.open && b.failures >= b.threshold
+	opening := !b.open && (f == misconfigured || b.failures >= b.threshold)
 	if opening {
 		b.open = true
-		b.reason = "backend down: " + err.Error()
+		b.reason = pauseReason(f, err)
 		b.openedAt = time.Now()
 		b.closed = make(chan struct{})
 		select {
@@ -92,6 +82,16 @@ func (b *breaker) record(err error) (open bool) {
 		b.onChange(true, reason)
 	}
 	return open
+}
+
+// pauseReason says, for heartbeats and logs, why a fault paused the
+// worker and what brings it back.
+func pauseReason(f fault, err error) string {
+	if f == misconfigured {
+		return "backend refuses the run's requests: " + err.Error() +
+			" (fix the key in --api-key-file, which is re-read while paused, or serve the run's model again)"
+	}
+	return "backend down: " + err.Error()
 }
 
 // isOpen reports the state and why.
@@ -128,7 +128,7 @@ func (b *breaker) run(ctx context.Context) {
 	attempt := 0
 	for {
 		b.mu.Lock()
-		open := b.open
+		open, openedAt := b.open, b.openedAt
 		b.mu.Unlock()
 		if !open {
 			attempt = 0
@@ -148,6 +148,8 @@ func (b *breaker) run(ctx context.Context) {
 		cancel()
 		if err == nil {
 			b.close()
+		} else if ctx.Err() == nil && b.onProbeFailure != nil {
+			b.onProbeFailure(err, time.Since(openedAt))
 		}
 	}
 }

@@ -30,6 +30,17 @@ type fakeLLM struct {
 	truncateBelow int
 	// onMaxTokens sees every request's max_tokens.
 	onMaxTokens func(int)
+	// streamError, if set, makes the n-th request (from 1) for a prompt
+	// fail in the middle of its stream the way vLLM reports an engine
+	// failure: an error event with code 400, then [DONE].
+	streamError func(prompt string, n int) bool
+	// sick, while set, answers chat requests with 500 and /health with
+	// 503, as a server whose engine is failing.
+	sick atomic.Bool
+	// key, when set, is the API key every /v1 request must carry; others
+	// get vLLM's 401. model, when set, is the served model name
+	// (default "test-model"); a request for another gets vLLM's 404.
+	key, model atomic.Pointer[string]
 
 	mu          sync.Mutex
 	inFlight    int
@@ -62,18 +73,44 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/health" {
+		if f.sick.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
 		return // 200, empty body, as vLLM
 	}
+	if key := f.key.Load(); key != nil && r.Header.Get("Authorization") != "Bearer "+*key {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error": "Unauthorized"}`) // vLLM's answer with --api-key
+		return
+	}
+	served := "test-model"
+	if m := f.model.Load(); m != nil {
+		served = *m
+	}
 	if r.URL.Path == "/v1/models" {
-		fmt.Fprint(w, `{"object":"list","data":[{"id":"test-model","object":"model","max_model_len":8192}]}`)
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","max_model_len":8192}]}`, served)
 		return
 	}
 	var req struct {
+		Model     string                     `json:"model"`
 		Messages  []struct{ Content string } `json:"messages"`
 		MaxTokens int                        `json:"max_tokens"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
 		http.Error(w, `{"error":{"message":"bad request","type":"BadRequestError","code":400}}`, 400)
+		return
+	}
+	if req.Model != served {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"message":"The model `+"`%s`"+` does not exist.","type":"NotFoundError","param":"model","code":404}}`, req.Model)
+		return
+	}
+	if f.sick.Load() {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error":{"message":"EngineCore encountered an issue","type":"InternalServerError","param":null,"code":500}}`)
 		return
 	}
 	prompt := req.Messages[len(req.Messages)-1].Content
@@ -118,6 +155,12 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+	if f.streamError != nil && f.streamError(prompt, n) {
+		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}}]}`)
+		send(`{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.", "type": "BadRequestError", "param": null, "code": 400}}`)
+		send("[DONE]")
+		return
+	}
 	tokens := 0
 	steps := 1
 	if f.duration > 0 {

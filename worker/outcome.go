@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
@@ -64,80 +63,90 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	case errors.As(err, &large):
 		return deadLetter, schema.ReasonPermanent
 	}
-	switch openai.Classify(err) {
-	case openai.Permanent:
-		return deadLetter, schema.ReasonPermanent
-	case openai.Canceled:
+	last := func(otherwise outcome) (outcome, string) {
+		if lastDelivery {
+			return deadLetter, schema.ReasonExhausted
+		}
+		return otherwise, ""
+	}
+	switch f := faultOf(err); {
+	case openai.Classify(err) == openai.Canceled:
 		return handBack, ""
-	}
-	// Transient, and Auth: a configuration problem, not the prompt's.
-	switch {
-	case lastDelivery:
-		return deadLetter, schema.ReasonExhausted
+	case f == misconfigured:
+		// Credentials refused or model not served: an operator's to fix,
+		// never the prompt's.
+		return last(outage)
+	case f == serverFault && backendDown:
+		return last(outage)
+	case f == serverFault:
+		// A 5xx or an engine failure mid-stream may be the server's alone
+		// or caused by this prompt: it counts, up to the run's
+		// max_attempts, unless the breaker has put it down to an outage.
+		return last(retry)
+	case openai.Classify(err) == openai.Permanent:
+		return deadLetter, schema.ReasonPermanent
 	case backendDown:
-		return outage, ""
+		return last(outage)
 	}
-	return retry, ""
+	return last(retry)
 }
 
-// settle ends one attempt with exactly one acknowledgement call.
-func (w *Worker) settle(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, a *answer, err error) {
-	last := w.maxDeliver > 0 && attempt >= w.maxDeliver
+// settle ends one delivery with exactly one acknowledgement call.
+func (w *Worker) settle(ctx context.Context, d *delivery, p *schema.Prompt, a *answer, err error) {
+	last := w.maxDeliver > 0 && d.attempt >= w.maxDeliver
 	down, _ := w.breaker.isOpen()
 	what, reason := decide(err, last, down)
-	log := w.log.With("subject", msg.Subject(), "delivery", attempt)
+	log := w.log.With("subject", d.msg.Subject(), "delivery", d.attempt)
 	if p != nil {
 		log = log.With("id", p.ID)
 	}
 	var delay time.Duration
 	if what == retry {
-		what, reason, delay = w.countAgainst(ctx, p, attempt, err, log)
+		what, reason, delay = w.countAgainst(ctx, p, d.attempt, err, log)
 	}
 	switch what {
 	case done:
-		if perr := w.publishResult(ctx, attempt, p, a); perr != nil {
+		if perr := w.publishResult(ctx, d.attempt, p, a); perr != nil {
 			if errors.Is(perr, nats.ErrMaxPayload) {
 				// Asking again gives an answer as large: record why instead.
-				w.settle(ctx, msg, attempt, p, nil, &tooLargeError{perr})
+				w.settle(ctx, d, p, nil, &tooLargeError{perr})
 				return
 			}
 			if ctx.Err() != nil {
-				w.nak(msg, 0, log)
+				d.nak(0, log)
 				return
 			}
 			log.Error("cannot store result; prompt will be retried", "err", perr)
-			w.nak(msg, retryDelay(attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
+			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
-		if aerr := w.ack(ctx, msg); aerr != nil {
-			// The result is stored: a redelivery will find it there and
-			// be acknowledged without a second answer reaching the output.
+		if aerr := d.ack(ctx); aerr != nil {
+			// The result is stored: a redelivery finds it there and is
+			// acknowledged without being generated again.
 			log.Warn("ack failed after result was stored", "err", aerr)
 		}
 		w.completed.Add(1)
 	case retry:
 		w.retried.Add(1)
-		w.nak(msg, delay, log)
+		d.nak(delay, log)
 	case outage:
 		w.handedBack.Add(1)
-		w.nak(msg, w.cfg.OutageRetry, log)
+		d.nak(w.cfg.OutageRetry, log)
 	case handBack:
-		w.nak(msg, 0, log)
+		d.nak(0, log)
 	case deadLetter:
 		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
-		if derr := w.publishDeadLetter(ctx, msg, attempt, p, reason, err); derr != nil {
+		if derr := w.publishDeadLetter(ctx, d, p, reason, err); derr != nil {
 			if errors.Is(derr, errSuperseded) {
 				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
-				w.nak(msg, w.cfg.OutageRetry, log)
+				d.nak(w.cfg.OutageRetry, log)
 				return
 			}
 			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
-			w.nak(msg, retryDelay(attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
+			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
-		if terr := msg.TermWithReason(reason); terr != nil {
-			log.Warn("terminate failed after dead letter was stored", "err", terr)
-		}
+		d.term(reason, log)
 		w.deadLettered.Add(1)
 	}
 }
@@ -156,43 +165,6 @@ func (w *Worker) countAgainst(ctx context.Context, p *schema.Prompt, delivery in
 	if n >= w.manifest.Policy.Attempts() {
 		return deadLetter, schema.ReasonExhausted, 0
 	}
-	if openai.Classify(err) == openai.Auth {
-		log.Error("backend refused our credentials; check --api-key-file / AERIE_API_KEY", "err", err)
-	} else {
-		log.Warn("transient failure; will retry", "failures", n, "err", err)
-	}
+	log.Warn("transient failure; will retry", "failures", n, "err", err)
 	return retry, "", retryDelay(n, w.cfg.RetryBase, w.cfg.RetryMax)
-}
-
-func (w *Worker) nak(msg jetstream.Msg, delay time.Duration, log *slog.Logger) {
-	var err error
-	if delay > 0 {
-		err = msg.NakWithDelay(delay)
-	} else {
-		err = msg.Nak()
-	}
-	if err != nil {
-		log.Warn("nak failed; the prompt comes back after AckWait", "err", err)
-	}
-}
-
-// ack acknowledges msg and waits for the server to confirm, retrying for a
-// while: during a cluster leader change acks fail for a few seconds, and a
-// lost ack means the prompt is generated a second time.
-func (w *Worker) ack(ctx context.Context, msg jetstream.Msg) error {
-	var err error
-	for i := 1; i <= 8; i++ {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err = msg.DoubleAck(actx)
-		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(retryDelay(i, 200*time.Millisecond, 5*time.Second)):
-		}
-	}
-	return err
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,8 +30,13 @@ func TestDecide(t *testing.T) {
 		{"queue full", status(429), false, retry, "", false},
 		{"queue full, last attempt", status(429), true, deadLetter, schema.ReasonExhausted, false},
 		{"overloaded", status(503), false, retry, "", false},
-		{"bad key", status(401), false, retry, "", false},
+		{"bad key", status(401), false, outage, "", false},
+		{"key refused", status(403), false, outage, "", true},
 		{"bad key, last attempt", status(401), true, deadLetter, schema.ReasonExhausted, false},
+		{"model not served", &openai.APIError{Status: 404, Type: "NotFoundError"}, false, outage, "", false},
+		{"engine error inside the stream", &openai.APIError{Type: "BadRequestError", Code: "400"}, false, retry, "", false},
+		{"engine error inside the stream while down", &openai.APIError{Type: "BadRequestError", Code: "400"}, false, outage, "", true},
+		{"server error", status(500), false, retry, "", false},
 		{"worker stopping", context.Canceled, false, handBack, "", false},
 		{"worker stopping, last attempt", context.Canceled, true, handBack, "", false},
 		{"garbage prompt", poison(errors.New("bad msgpack")), false, deadLetter, schema.ReasonPoison, false},
@@ -60,21 +68,27 @@ func TestNextBudget(t *testing.T) {
 	}
 }
 
-func TestBackendDown(t *testing.T) {
+func TestFaultOf(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	for _, tc := range []struct {
 		err  error
-		down bool
+		want fault
 	}{
-		{nil, false},
-		{&openai.APIError{Status: 503}, true},
-		{&openai.APIError{Status: 502}, true},
-		{&openai.APIError{Status: 500}, false},
-		{&openai.APIError{Status: 429}, false},
-		{&openai.APIError{Status: 400}, false},
-		{context.Canceled, false},
+		{nil, noFault},
+		{context.Canceled, noFault},
+		{&openai.APIError{Status: 503}, serverFault},
+		{&openai.APIError{Status: 502}, serverFault},
+		{&openai.APIError{Status: 500}, serverFault},
+		{&openai.APIError{Type: "BadRequestError", Code: "400"}, serverFault}, // sent inside a stream
+		{fmt.Errorf("chat: %w", refused), serverFault},
+		{&openai.APIError{Status: 429}, answered},
+		{&openai.APIError{Status: 400}, answered},
+		{&openai.APIError{Status: 401}, misconfigured},
+		{&openai.APIError{Status: 403}, misconfigured},
+		{&openai.APIError{Status: 404, Type: "NotFoundError"}, misconfigured},
 	} {
-		if got := backendDown(tc.err); got != tc.down {
-			t.Errorf("backendDown(%v) = %v", tc.err, got)
+		if got := faultOf(tc.err); got != tc.want {
+			t.Errorf("faultOf(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }

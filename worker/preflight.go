@@ -52,3 +52,70 @@ func (w *Worker) checkBackend(ctx context.Context) error {
 		}
 	}
 }
+
+// keyReloader is implemented by backends that read their API key from a
+// file (*openai.Client with a key file): a paused worker re-reads it, so
+// that fixing the file resumes the worker without a restart.
+type keyReloader interface {
+	ReloadAPIKey() (changed bool, err error)
+}
+
+// healthChecker is implemented by backends with a health endpoint
+// (*openai.Client: GET /health).
+type healthChecker interface {
+	Health(ctx context.Context) error
+}
+
+// probeBackend decides whether a paused worker may resume: the backend
+// is healthy, accepts our credentials and serves the run's model. Each
+// part is checked when the backend can tell it. /v1/models is asked
+// because it needs the key where /health does not (vLLM's --api-key
+// leaves /health open), and because a backend restarted under another
+// model name answers 404 to every request while its /health is fine.
+func (w *Worker) probeBackend(ctx context.Context) error {
+	if r, ok := w.backend.(keyReloader); ok {
+		changed, err := r.ReloadAPIKey()
+		if err != nil {
+			return fmt.Errorf("re-read the API key: %w", err)
+		}
+		if changed {
+			w.log.Info("API key file changed; trying the new key")
+		}
+	}
+	if h, ok := w.backend.(healthChecker); ok {
+		if err := h.Health(ctx); err != nil {
+			return err
+		}
+	}
+	ml, ok := w.backend.(modelLister)
+	if !ok {
+		return nil
+	}
+	models, err := ml.Models(ctx)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(models))
+	for i, m := range models {
+		ids[i] = m.ID
+	}
+	if !slices.Contains(ids, w.manifest.Model) {
+		return fmt.Errorf("the backend serves %v, not the run's model %q", ids, w.manifest.Model)
+	}
+	return nil
+}
+
+// probeLogEvery spaces the log lines of a paused worker whose probes keep
+// failing: the first failure of a pause is logged, then one a minute.
+const probeLogEvery = time.Minute
+
+// logProbeFailure logs a failed probe of a paused worker. It is called
+// from the breaker's probing goroutine only.
+func (w *Worker) logProbeFailure(err error, open time.Duration) {
+	if open >= probeLogEvery && time.Since(w.lastProbeLog) < probeLogEvery {
+		return
+	}
+	w.lastProbeLog = time.Now()
+	_, reason := w.breaker.isOpen()
+	w.log.Warn("still paused: the backend is not ready", "probe", err, "paused_for", open.Round(time.Second), "reason", reason)
+}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,21 +18,22 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg) {
 		w.log.Error("message without JetStream metadata", "subject", msg.Subject(), "err", err)
 		return
 	}
-	attempt := int(meta.NumDelivered)
+	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(msg)}
+	defer d.progress.stop()
 	p, err := decodePrompt(msg)
 	if err != nil {
-		w.settle(ctx, msg, attempt, nil, nil, poison(err))
+		w.settle(ctx, d, nil, nil, poison(err))
+		return
+	}
+	if d.attempt > 1 && w.settledBefore(ctx, d, p) {
 		return
 	}
 
 	f := &flight{}
-	w.inFlight.Store(meta.Sequence.Stream, f)
-	defer w.inFlight.Delete(meta.Sequence.Stream)
-
-	stopProgress := w.progressAcks(msg)
+	w.inFlight.Store(d.seq, f)
 	a, err := w.generate(ctx, p, f)
-	stopProgress()
-	w.settle(ctx, msg, attempt, p, a, err)
+	w.inFlight.Delete(d.seq)
+	w.settle(ctx, d, p, a, err)
 }
 
 // answer is a completion and the max_tokens it was generated with.
@@ -113,35 +113,6 @@ func (w *Worker) request(p *schema.Prompt) openai.ChatRequest {
 		Temperature: w.manifest.Params.Temperature,
 		TopP:        w.manifest.Params.TopP,
 	}
-}
-
-// progressAcks tells JetStream every AckWait/3 that msg is still being
-// worked on, so that an answer that takes longer than AckWait (a reasoning
-// answer can take 20 minutes) is not delivered to a second worker. The
-// returned function stops it.
-func (w *Worker) progressAcks(msg jetstream.Msg) (stop func()) {
-	every := w.ackWait / 3
-	if every <= 0 {
-		every = 10 * time.Second
-	}
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					w.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
-				}
-			}
-		}
-	}()
-	return func() { close(done); <-stopped }
 }
 
 // poisonError marks a prompt message that cannot be decoded.

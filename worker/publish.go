@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,76 +44,71 @@ func (w *Worker) publishResult(ctx context.Context, attempt int, p *schema.Promp
 	return w.store(ctx, out)
 }
 
-func (w *Worker) publishDeadLetter(ctx context.Context, msg jetstream.Msg, attempt int, p *schema.Prompt, reason string, cause error) error {
-	d := &schema.DeadLetter{
-		Run: w.cfg.Run, Reason: reason, Attempts: attempt, Worker: w.cfg.Name,
-		Error: cause.Error(), FailedAt: time.Now().UTC(),
+func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, p *schema.Prompt, reason string, cause error) error {
+	dl := &schema.DeadLetter{
+		Run: w.cfg.Run, Reason: reason, Attempts: d.attempt, Worker: w.cfg.Name,
+		Error: cause.Error(), FailedAt: time.Now().UTC(), PromptSeq: d.seq,
 	}
 	var apiErr *openai.APIError
 	if errors.As(cause, &apiErr) {
-		d.Status = apiErr.Status
-		d.Body = bounded(apiErr.Body, schema.MaxErrorBody)
+		dl.Status = apiErr.Status
+		dl.Body = bounded(apiErr.Body, schema.MaxErrorBody)
 	}
-	var subject string
+	token := lastToken(d.msg.Subject())
 	if p != nil {
-		d.ID, d.Messages = p.ID, p.Messages
-		subject = schema.DeadSubject(w.cfg.Run, p.ID)
+		dl.ID, dl.Messages = p.ID, p.Messages
 	} else {
 		// An undecodable prompt: keep what identifies it, and the subject
 		// token, which is all that is certain.
-		d.ID = msg.Headers().Get(schema.HeaderPromptID)
-		d.Body = bounded(string(msg.Data()), schema.MaxErrorBody)
-		subject = schema.DeadRoot + "." + w.cfg.Run + "." + lastToken(msg.Subject())
+		dl.ID = d.msg.Headers().Get(schema.HeaderPromptID)
+		dl.Body = bounded(string(d.msg.Data()), schema.MaxErrorBody)
 	}
-	data, err := schema.EncodeDeadLetter(d)
+	data, err := schema.EncodeDeadLetter(dl)
 	if err != nil {
 		return err
 	}
-	out := w.message(subject, schema.KindDeadLetter, d.ID, data)
+	out := w.message(schema.DeadRoot+"."+w.cfg.Run+"."+token, schema.KindDeadLetter, dl.ID, data)
 	out.Header.Set(schema.HeaderReason, reason)
-	if meta, err := msg.Metadata(); err == nil {
-		out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(w.cfg.Run, lastToken(subject), meta.Sequence.Stream, meta.NumDelivered))
-	}
+	out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.seq, 10))
+	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(w.cfg.Run, token, d.seq, uint64(d.attempt)))
 	if err := w.store(ctx, out); err != nil {
 		return err
 	}
-	return w.checkDeadLetterIsOurs(ctx, out, attempt)
+	return w.checkDeadLetterIsOurs(ctx, out.Subject, d)
 }
 
-// errSuperseded says the dead-letter subject holds an earlier failure of
-// the prompt: a replay has queued it again and has not yet removed that
-// dead letter. Terminating now would leave this failure unrecorded, so
-// the prompt is handed back to fail (or succeed) again a little later.
-var errSuperseded = errors.New("an earlier dead letter of this prompt is still stored (a replay is under way)")
+// errSuperseded says the dead-letter subject holds a failure of an
+// earlier copy of the prompt: a replay has queued it again and has not
+// yet removed that dead letter. Terminating now would leave this failure
+// unrecorded, so the prompt is handed back to fail (or succeed) again a
+// little later.
+var errSuperseded = errors.New("a dead letter of an earlier copy of this prompt is still stored (a replay is under way)")
 
-// checkDeadLetterIsOurs makes sure the stored dead letter is the one just
-// published (or a retry of it), not an earlier failure; on the prompt's
-// last delivery whatever is stored is accepted, since it will not come
-// back.
-func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, out *nats.Msg, attempt int) error {
-	if w.maxDeliver > 0 && attempt >= w.maxDeliver {
+// checkDeadLetterIsOurs makes sure the stored dead letter was written for
+// this prompt message (by this delivery or an earlier one whose Term was
+// lost), not for an earlier copy; on the prompt's last delivery whatever
+// is stored is accepted, since it will not come back.
+func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, subject string, d *delivery) error {
+	if w.maxDeliver > 0 && d.attempt >= w.maxDeliver {
 		return nil
 	}
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	st, err := w.js.Stream(gctx, schema.DeadStream)
+	stored, err := lastStored(ctx, w.dead, subject)
 	if err != nil {
-		return fmt.Errorf("check dead letter %s: %w", out.Subject, err)
+		return fmt.Errorf("check dead letter %s: %w", subject, err)
 	}
-	stored, err := st.GetLastMsgForSubject(gctx, out.Subject)
-	if err != nil {
-		return fmt.Errorf("check dead letter %s: %w", out.Subject, err)
+	if stored == nil {
+		return fmt.Errorf("check dead letter %s: not found right after it was stored (was it purged?)", subject)
 	}
-	if stored.Header.Get(schema.HeaderMsgID) != out.Header.Get(schema.HeaderMsgID) {
-		return errSuperseded
+	if seq, ok := schema.DeadLetterPromptSeq(stored.Header); ok && seq == d.seq {
+		return nil
 	}
-	return nil
+	return errSuperseded
 }
 
 func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, w.cfg.Run+"/"+lastToken(subject))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, id))
 	if id != "" {
 		m.Header.Set(schema.HeaderPromptID, id)
 	}

@@ -52,9 +52,20 @@ type Worker struct {
 	deadLettered atomic.Int64
 	retried      atomic.Int64
 	handedBack   atomic.Int64 // prompts handed back during outages
-	held         atomic.Int64 // messages delivered and not yet settled
-	maxHeld      atomic.Int64
-	paused       atomic.Pointer[string]
+	// alreadySettled counts redelivered prompts settled with the outcome
+	// an earlier delivery stored, without generating them again.
+	alreadySettled atomic.Int64
+	held           atomic.Int64 // messages delivered and not yet settled
+	maxHeld        atomic.Int64
+	paused         atomic.Pointer[string]
+
+	// lastProbeLog is when a failed probe was last logged; used by the
+	// breaker's probing goroutine only.
+	lastProbeLog time.Time
+
+	// The results and dead-letter streams, looked up by Run, where a
+	// redelivered prompt's earlier outcome is looked for.
+	results, dead jetstream.Stream
 }
 
 // flight is one prompt being processed.
@@ -82,17 +93,13 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	for range cfg.Window {
 		w.slots <- struct{}{}
 	}
-	probe := func(context.Context) error { return nil }
-	if h, ok := backend.(interface{ Health(context.Context) error }); ok {
-		probe = h.Health
-	}
-	w.breaker = newBreaker(cfg.BreakerThreshold, probe, func(open bool, reason string) {
+	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {
 		if open {
-			w.log.Warn("backend down: pausing; handing back prompts that fail and probing /health", "reason", reason)
+			w.log.Warn("pausing: no more pulls; prompts whose requests fail are handed back without counting against them; probing the backend", "reason", reason)
 		} else {
 			w.log.Info("backend healthy again: resuming", "paused_total", w.breaker.pausedFor().Round(time.Millisecond))
 		}
-	})
+	}, w.logProbeFailure)
 	return w, nil
 }
 
@@ -107,6 +114,9 @@ type Stats struct {
 	// Paused is the total time spent with the breaker open.
 	HandedBack int64
 	Paused     time.Duration
+	// AlreadySettled counts redelivered prompts settled with the outcome
+	// an earlier delivery had stored, without being generated again.
+	AlreadySettled int64
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
@@ -117,6 +127,7 @@ func (w *Worker) Stats() Stats {
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
 		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
+		AlreadySettled: w.alreadySettled.Load(),
 	}
 }
 
@@ -143,6 +154,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}
+	if w.results, err = w.js.Stream(ctx, schema.ResultsStream); err == nil {
+		w.dead, err = w.js.Stream(ctx, schema.DeadStream)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("worker %s: look up aerie's streams (run `aerie produce` first, it creates them): %w", w.cfg.Name, err)
 	}
 	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
 	if err != nil {
@@ -188,7 +208,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.publishHeartbeat() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
-		"handed_back", s.HandedBack, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
+		"handed_back", s.HandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
 	return nil
 }
 

@@ -339,7 +339,8 @@ func TestFailureOutcomes(t *testing.T) {
 		}
 		return 200
 	}})
-	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, url)
+	// The breaker is kept out of it: this is about each prompt's outcome.
+	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond, BreakerThreshold: 100}, url)
 	b.waitSettled(t, 20*time.Second)
 
 	res := b.results(t)

@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/aerie-dev/aerie/openai"
+)
+
+// fault is what the error of one request says about the backend, as
+// opposed to about the prompt.
+type fault int
+
+const (
+	// noFault: the request succeeded, or ended with the worker's own
+	// context, which says nothing about the backend.
+	noFault fault = iota
+	// answered: the backend answered and refused this one request (400,
+	// 429): it is up, and the request's own fate is decided elsewhere.
+	answered
+	// serverFault: the backend is failing: a 5xx, an error it sent in the
+	// middle of a stream (an engine failure after generation started), a
+	// connection refused or cut, no answer in time. A run of them with no
+	// success in between pauses the worker.
+	serverFault
+	// misconfigured: no request can succeed until an operator acts: the
+	// backend refuses our credentials (401, 403, an untrusted
+	// certificate) or does not serve the run's model (404, say after a
+	// restart under another name). The worker pauses at once, and no
+	// failure counts against the prompt.
+	misconfigured
+)
+
+// faultOf classifies err. The classes of the openai package say what to
+// do with the request; this says whose fault it was.
+func faultOf(err error) fault {
+	if err == nil {
+		return noFault
+	}
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) {
+		switch {
+		case apiErr.Status == 0:
+			return serverFault // sent inside a stream that had started
+		case apiErr.Status == http.StatusNotFound:
+			return misconfigured
+		case apiErr.Status >= 500:
+			return serverFault
+		}
+	}
+	switch openai.Classify(err) {
+	case openai.Canceled:
+		return noFault
+	case openai.Auth:
+		return misconfigured
+	case openai.Transient:
+		if apiErr != nil {
+			return answered // 408, 409, 425, 429: it is up and said so
+		}
+		return serverFault // network, timeouts, cut or malformed streams
+	}
+	return answered
+}

@@ -1,0 +1,65 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// settledBefore looks, before a redelivered prompt is generated again,
+// for the outcome an earlier delivery already stored, and settles the
+// prompt with it: a stored result (its worker died, or lost its ack,
+// after storing it) is acknowledged; a dead letter written for this very
+// prompt message (its Term was lost) terminates it. Either way the
+// answer or failure is already on its way to the output, and generating
+// again would only burn GPU time. It reports whether the prompt was
+// settled. A dead letter of an earlier copy of the prompt (a replay that
+// has not yet removed it) does not settle this one; nor does a failed
+// look-up, which only costs a generation.
+func (w *Worker) settledBefore(ctx context.Context, d *delivery, p *schema.Prompt) bool {
+	log := w.log.With("id", p.ID, "delivery", d.attempt)
+	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, p.ID))
+	if err != nil {
+		log.Warn("cannot look for an earlier result of a redelivered prompt; generating it", "err", err)
+		return false
+	}
+	if res != nil {
+		if err := d.ack(ctx); err != nil {
+			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
+		}
+		w.alreadySettled.Add(1)
+		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
+		return true
+	}
+	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, p.ID))
+	if err != nil {
+		log.Warn("cannot look for an earlier dead letter of a redelivered prompt; generating it", "err", err)
+		return false
+	}
+	if dead == nil {
+		return false
+	}
+	if seq, ok := schema.DeadLetterPromptSeq(dead.Header); !ok || seq != d.seq {
+		return false
+	}
+	d.term(dead.Header.Get(schema.HeaderReason), log)
+	w.alreadySettled.Add(1)
+	log.Info("redelivered prompt was dead-lettered on an earlier delivery: terminated without generating it")
+	return true
+}
+
+// lastStored returns the message stored on subject in s, or nil when
+// there is none. The look-up is bounded even while the worker stops.
+func lastStored(ctx context.Context, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	m, err := s.GetLastMsgForSubject(gctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
+}

@@ -1,0 +1,136 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// An engine failure in the middle of a stream (vLLM's error event with
+// its default code 400, then [DONE]) is the server's fault: the prompt is
+// tried again and completes; nothing is dead-lettered.
+func TestEngineErrorMidStreamIsRetried(t *testing.T) {
+	const n = 20
+	b := setup(t, n, provision.Options{})
+	f, url := newFakeLLM(t, &fakeLLM{streamError: func(prompt string, n int) bool {
+		return n == 1 && (strings.HasSuffix(prompt, "3") || strings.HasSuffix(prompt, "7"))
+	}})
+	b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, url)
+	b.waitSettled(t, 30*time.Second)
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		for id, d := range dead {
+			t.Errorf("%s dead-lettered as %s: %s", id, d.Reason, d.Error)
+		}
+	}
+	res := b.results(t)
+	if len(res) != n {
+		t.Fatalf("%d results, want %d", len(res), n)
+	}
+	for _, id := range []string{"p0003", "p0007", "p0013", "p0017"} {
+		if res[id].Attempts != 2 || f.count("question "+id) != 2 {
+			t.Errorf("%s: completed on delivery %d after %d requests, want the second", id, res[id].Attempts, f.count("question "+id))
+		}
+	}
+}
+
+// A server answering 500 to everything (its engine failing, /health 503)
+// pauses the worker as 502 and 503 do, instead of spending every prompt's
+// attempts: once it heals, every prompt completes and none is dead.
+func TestServerErrorsPauseTheWorker(t *testing.T) {
+	const n = 40
+	b := setup(t, n, provision.Options{})
+	f, url := newFakeLLM(t, &fakeLLM{})
+	f.sick.Store(true)
+	w, _ := b.start(t, worker.Config{Window: 10, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}, url)
+	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().Paused > 0 }, "the worker to pause on a run of 500s")
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered while the server was sick", len(dead))
+	}
+	f.sick.Store(false)
+	b.waitSettled(t, 60*time.Second)
+	if got := len(b.results(t)); got != n {
+		t.Errorf("%d results, want %d", got, n)
+	}
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered, want none", len(dead))
+	}
+	s := w.Stats()
+	if s.HandedBack == 0 || s.Retry > worker.DefaultBreakerThreshold {
+		t.Errorf("stats %+v: want prompts handed back during the pause, and at most %d failures counted", s, worker.DefaultBreakerThreshold)
+	}
+}
+
+// A backend restarted under another model name answers 404 to every
+// request: that is the deployment's fault, so the worker pauses (its
+// heartbeat says why) and dead-letters nothing; serving the model again
+// resumes it.
+func TestModelGoneMidRunPauses(t *testing.T) {
+	const n = 30
+	b := setup(t, n, provision.Options{})
+	f, url := newFakeLLM(t, &fakeLLM{duration: 100 * time.Millisecond})
+	hb := b.heartbeats(t)
+	w, _ := b.start(t, worker.Config{Window: 5, Heartbeat: 50 * time.Millisecond}, url)
+	brokertest.Eventually(t, 20*time.Second, func() bool { return b.resultCount(t) >= 5 }, "first results")
+	other := "another-model"
+	f.model.Store(&other)
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		h := hb.last()
+		return h != nil && h.Paused && strings.Contains(h.PausedReason, "does not exist")
+	}, "a heartbeat saying the worker is paused because the model is gone")
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered while the model was not served", len(dead))
+	}
+	f.model.Store(nil)
+	b.waitSettled(t, 60*time.Second)
+	if got := len(b.results(t)); got != n {
+		t.Errorf("%d results, want %d", got, n)
+	}
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered, want none", len(dead))
+	}
+	if w.Stats().Retry != 0 {
+		t.Errorf("%d failures counted against prompts, want none", w.Stats().Retry)
+	}
+}
+
+// heartbeatLog keeps the latest heartbeat of a run.
+type heartbeatLog struct {
+	mu     sync.Mutex
+	latest *schema.Heartbeat
+}
+
+func (h *heartbeatLog) last() *schema.Heartbeat {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.latest
+}
+
+// heartbeats follows the heartbeats of the run's workers.
+func (b *bundle) heartbeats(t *testing.T) *heartbeatLog {
+	t.Helper()
+	h := &heartbeatLog{}
+	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter(b.run), func(m *nats.Msg) {
+		var hb schema.Heartbeat
+		if err := json.Unmarshal(m.Data, &hb); err != nil {
+			t.Errorf("undecodable heartbeat: %v", err)
+			return
+		}
+		h.mu.Lock()
+		h.latest = &hb
+		h.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return h
+}
