@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -57,12 +55,12 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	if err != nil {
 		return fmt.Errorf("max-deliveries advisory: get prompt %d: %w", adv.StreamSeq, err)
 	}
+	token := lastToken(raw.Subject)
 	d := &schema.DeadLetter{
 		Run: a.cfg.Run, Reason: schema.ReasonExhausted, Attempts: int(adv.Deliveries),
 		Error:    fmt.Sprintf("delivered %d times (the consumer's max_deliver) without a result or a dead letter: the workers that held it last were killed or stopped", adv.Deliveries),
-		FailedAt: time.Now().UTC(),
+		FailedAt: time.Now().UTC(), PromptSeq: adv.StreamSeq,
 	}
-	subject := schema.DeadRoot + "." + a.cfg.Run + "." + lastToken(raw.Subject)
 	if p, err := schema.DecodePrompt(raw.Data); err == nil {
 		d.ID, d.Messages = p.ID, p.Messages
 	} else {
@@ -70,32 +68,18 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 		d.Error = "undecodable prompt message: " + err.Error()
 	}
 	a.mu.Lock()
-	settled := a.completions.has(d.ID) || a.failed.has(d.ID)
+	settled := a.completions.has(d.ID) || a.failed.final(d.ID)
 	a.mu.Unlock()
 	if settled {
 		return nil
 	}
-	results, err := a.js.Stream(ctx, schema.ResultsStream)
-	if err != nil {
+	if stored, _, err := a.resultState(ctx, token); err != nil {
 		return fmt.Errorf("max-deliveries advisory: %w", err)
-	}
-	if _, err := results.GetLastMsgForSubject(ctx, schema.ResultsRoot+"."+a.cfg.Run+"."+lastToken(raw.Subject)); err == nil {
+	} else if stored {
 		return nil // answered; the result is on its way to completions.jsonl
 	}
-	data, err := schema.EncodeDeadLetter(d)
-	if err != nil {
-		return err
-	}
-	out := nats.NewMsg(subject)
-	out.Data = data
-	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(a.cfg.Run, lastToken(raw.Subject), adv.StreamSeq, adv.Deliveries))
-	out.Header.Set(schema.HeaderPromptID, d.ID)
-	out.Header.Set(schema.HeaderRun, a.cfg.Run)
-	out.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindDeadLetter))
-	out.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
-	out.Header.Set(schema.HeaderReason, d.Reason)
-	if _, err := a.js.PublishMsg(ctx, out, jetstream.WithExpectLastSequencePerSubject(0)); err != nil && !provision.IsAlreadyStored(err) {
-		return fmt.Errorf("max-deliveries advisory: store dead letter of %s: %w", d.ID, err)
+	if err := a.publishDeadLetter(ctx, token, d); err != nil {
+		return fmt.Errorf("max-deliveries advisory: %w", err)
 	}
 	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "deliveries", adv.Deliveries)
 	return nil

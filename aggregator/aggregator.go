@@ -39,7 +39,7 @@ type Aggregator struct {
 
 	mu          sync.Mutex // guards the two files' id sets across loops
 	completions *jsonlFile
-	failed      *jsonlFile
+	failed      *failedFile
 	est         *throughput.Estimator
 	events      *os.File
 
@@ -47,6 +47,11 @@ type Aggregator struct {
 	kick     chan struct{} // asks for an event now: the last prompt is in
 	done     chan struct{}
 	doneOnce sync.Once
+	// owner is this aggregator's right to write the run's files.
+	owner *owner
+	// complete is when the run was last found complete (see confirmDone);
+	// used by the event loop only.
+	complete time.Time
 	last     sync.Mutex
 	snapshot schema.Throughput
 	writeErr string                // guarded by last
@@ -99,7 +104,11 @@ func (a *Aggregator) Last() schema.Throughput {
 }
 
 // Run aggregates until ctx ends (or, with ExitWhenDone, until the run is
-// done), then writes a last event and returns.
+// done), then writes a last event and returns. It first takes the sole
+// right to write the run's files (see owner), waiting up to
+// Config.LeaseWait for another aggregator to let go of it; it returns a
+// *HeldError if that one does not. It returns an error, too, if it loses
+// that right while running.
 func (a *Aggregator) Run(ctx context.Context) error {
 	m, err := provision.WaitManifest(ctx, a.js, a.cfg.Run, a.log)
 	if err != nil {
@@ -108,6 +117,16 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
+	}
+	if a.owner, err = own(ctx, a.js, a.cfg.Run, a.dir, a.cfg.LeaseWait, a.log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer a.owner.release()
 	if err := a.open(m); err != nil {
 		return err
 	}
@@ -130,6 +149,9 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		return fmt.Errorf("aggregator: subscribe to heartbeats: %w", err)
 	}
 	defer sub.Unsubscribe()
+	if err := a.refresh(ctx); err != nil {
+		a.log.Warn("cannot compare failed.jsonl with the dead letters yet; trying again later", "err", err)
+	}
 
 	a.log.Info("aggregating", "dir", a.dir, "total", m.Total,
 		"completed_before", a.completions.count(), "failed_before", a.failed.count())
@@ -137,7 +159,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	loopCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	for _, l := range []struct {
 		cons  jetstream.Consumer
 		write func([]jetstream.Msg) error
@@ -151,10 +173,21 @@ func (a *Aggregator) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := a.owner.keep(loopCtx); err != nil {
+			a.log.Error(err.Error())
+			errs <- err
+			stop()
+		}
+	}()
 
-	a.emit(time.Now())
+	a.tick(ctx, time.Now())
 	t := time.NewTicker(a.cfg.EventInterval)
 	defer t.Stop()
+	refresh := time.NewTicker(a.cfg.RefreshInterval)
+	defer refresh.Stop()
 	var runErr error
 	done := a.done
 loop:
@@ -168,9 +201,13 @@ loop:
 			}
 			done = nil // keep running; stop selecting on it
 		case now := <-t.C:
-			a.emit(now)
+			a.tick(loopCtx, now)
 		case <-a.kick:
-			a.emit(time.Now())
+			a.tick(loopCtx, time.Now())
+		case <-refresh.C:
+			if err := a.refresh(loopCtx); err != nil && loopCtx.Err() == nil {
+				a.log.Warn("cannot compare failed.jsonl with the dead letters; trying again later", "err", err)
+			}
 		}
 	}
 	stop()
@@ -179,16 +216,15 @@ loop:
 	case runErr = <-errs:
 	default:
 	}
-	a.emit(time.Now())
+	a.emit(a.snapshotNow(time.Now()))
 	return runErr
 }
 
-// open creates the run directory and opens the three files, restoring
-// counts from what is already written.
+// open opens the run's three files, restoring counts from what is
+// already written. A prompt found in both completions.jsonl and
+// failed.jsonl (a crash between writing its completion and removing its
+// failure) keeps its completion: its failed line goes.
 func (a *Aggregator) open(m *schema.Manifest) error {
-	if err := os.MkdirAll(a.dir, 0o755); err != nil {
-		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
-	}
 	a.total = m.Total
 	a.est = throughput.New(throughput.Config{Run: a.cfg.Run, Total: m.Total}, time.Now())
 	var err error
@@ -206,13 +242,23 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	a.failed, err = openJSONL(filepath.Join(a.dir, FailedFile), func([]byte) error {
-		a.est.RestoreFailed()
-		return nil
-	})
+	a.failed, err = openFailed(filepath.Join(a.dir, FailedFile), a.est.RestoreFailed)
 	if err != nil {
 		a.completions.Close()
 		return fmt.Errorf("aggregator: %w", err)
+	}
+	for id := range a.failed.ids {
+		if a.completions.has(id) {
+			a.failed.markCompleted(id)
+			a.est.Reopened()
+		}
+	}
+	if n := len(a.failed.completed); n > 0 {
+		if err := a.failed.flush(); err != nil {
+			a.log.Error("cannot remove completed prompts from failed.jsonl; they do not count as failed", "err", err)
+		} else {
+			a.log.Warn("removed from failed.jsonl prompts that also have a completion (an earlier aggregator stopped between the two writes)", "prompts", n)
+		}
 	}
 	a.events, err = os.OpenFile(filepath.Join(a.dir, EventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -224,6 +270,11 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 }
 
 func (a *Aggregator) close() {
+	a.mu.Lock()
+	if err := a.failed.flush(); err != nil {
+		a.log.Error("cannot remove completed prompts from failed.jsonl; the next start does", "err", err)
+	}
+	a.mu.Unlock()
 	a.completions.Close()
 	a.failed.Close()
 	a.events.Close()

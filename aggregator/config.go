@@ -15,6 +15,15 @@ const (
 	DefaultEventInterval = 5 * time.Second
 	// DefaultBatch is how many results are written with one fsync.
 	DefaultBatch = 256
+	// DefaultRefreshInterval is how often failed.jsonl is compared with
+	// the dead letters in NATS, to take out prompts that a replay has
+	// queued again. The run's end is checked at once in any case.
+	DefaultRefreshInterval = 30 * time.Second
+	// DefaultFetchBytes bounds the bytes of one fetched batch, so that a
+	// batch of long answers does not hold gigabytes in memory; it is
+	// raised to twice the server's max_payload when that is larger, so
+	// that any one message fits.
+	DefaultFetchBytes = 64 << 20
 )
 
 // Config configures an aggregator. Zero fields take the defaults above.
@@ -28,6 +37,16 @@ type Config struct {
 	EventInterval time.Duration
 	// Batch is the most results written per fsync.
 	Batch int
+	// FetchBytes bounds the bytes of one fetched batch (see
+	// DefaultFetchBytes).
+	FetchBytes int
+	// LeaseWait is how long to wait for another aggregator of the run to
+	// let go of it before giving up with a *HeldError; zero means
+	// DefaultLeaseWait, a negative value not to wait at all.
+	LeaseWait time.Duration
+	// RefreshInterval is how often failed.jsonl is compared with the dead
+	// letters (see DefaultRefreshInterval).
+	RefreshInterval time.Duration
 	// ExitWhenDone makes Run return once every prompt of the manifest is
 	// completed or failed; otherwise it keeps running, for prompts that
 	// are replayed later.
@@ -49,6 +68,15 @@ func (c Config) withDefaults() Config {
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
 	}
+	if c.FetchBytes == 0 {
+		c.FetchBytes = DefaultFetchBytes
+	}
+	if c.LeaseWait == 0 {
+		c.LeaseWait = DefaultLeaseWait
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -60,8 +88,8 @@ func (c Config) Validate() error {
 	if err := schema.ValidateRun(c.Run); err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	if c.EventInterval < 0 || c.Batch < 0 {
-		return errors.New("aggregator: event interval and batch must not be negative")
+	if c.EventInterval < 0 || c.Batch < 0 || c.FetchBytes < 0 || c.RefreshInterval < 0 {
+		return errors.New("aggregator: event interval, batch, fetch bytes and refresh interval must not be negative")
 	}
 	return nil
 }

@@ -19,14 +19,30 @@ import (
 // again).
 func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write func([]jetstream.Msg) error) error {
 	failures := 0
+	maxBytes := max(a.cfg.FetchBytes, 2*int(a.nc.MaxPayload()))
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(time.Second))
+		if !a.owner.valid() {
+			// The lease could not be renewed lately (NATS unreachable):
+			// another aggregator may take the run once it expires, so
+			// nothing is written until it is renewed.
+			if !sleepCtx(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
+		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(time.Second), jetstream.FetchMaxBytes(maxBytes))
 		var msgs []jetstream.Msg
 		if err == nil {
 			for m := range batch.Messages() {
 				msgs = append(msgs, m)
 			}
 			err = batch.Error()
+		}
+		if len(msgs) > 0 && !a.owner.valid() {
+			for _, m := range msgs {
+				_ = m.NakWithDelay(time.Second)
+			}
+			continue
 		}
 		if len(msgs) > 0 {
 			if werr := write(msgs); werr != nil {
@@ -76,75 +92,62 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // writeResults appends the new results of a batch to completions.jsonl,
-// fsyncs, and only then acknowledges the batch. Results whose id is
-// already written (a redelivery after a crash) are acknowledged and
-// skipped. A result that cannot be decoded becomes a "poison" line in
-// failed.jsonl, named by the prompt id in its header. A prompt that had
-// failed and now completed (it was replayed) leaves failed.jsonl.
+// fsyncs, and only then acknowledges them. Results whose id is already
+// written (a redelivery after a crash) are acknowledged and skipped. A
+// prompt that had failed and now completed leaves failed.jsonl (at the
+// next flush: see failedFile). A result that cannot be decoded is turned
+// into a dead letter (poison), so that it reaches failed.jsonl the way
+// every failure does and `aerie replay` can put the prompt back to work.
 func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var buf, poisoned bytes.Buffer
-	enc, penc := newEncoder(&buf), newEncoder(&poisoned)
-	var ids, poisonIDs []string
+	var buf bytes.Buffer
+	enc := newEncoder(&buf)
+	var ids []string
 	var fresh []*schema.Result
-	recovered := map[string]bool{}
+	var written, poisoned []jetstream.Msg
+	var poisonErrs []error
+	a.mu.Lock()
 	seen := make(map[string]bool)
 	for _, m := range msgs {
 		r, err := decodeResult(m)
 		if err != nil {
-			id := m.Headers().Get(schema.HeaderPromptID)
-			if id == "" {
-				id = "subject:" + m.Subject()
-			}
-			a.log.Error("undecodable result message: recorded as poison in failed.jsonl", "subject", m.Subject(), "prompt_id", id, "err", err)
-			if a.completions.has(id) || a.failed.has(id) || seen[id] {
-				continue
-			}
-			seen[id] = true
-			if err := penc.Encode(failedLine{ID: id, Reason: schema.ReasonPoison, Error: "result message: " + err.Error(),
-				Worker: m.Headers().Get(schema.HeaderWorker), FailedAt: time.Now().UTC()}); err != nil {
-				return err
-			}
-			poisonIDs = append(poisonIDs, id)
+			poisoned, poisonErrs = append(poisoned, m), append(poisonErrs, err)
 			continue
 		}
+		written = append(written, m)
 		if a.completions.has(r.ID) || seen[r.ID] {
 			continue
 		}
 		seen[r.ID] = true
 		if err := enc.Encode(newCompletionLine(r)); err != nil {
+			a.mu.Unlock()
 			return err
 		}
 		ids = append(ids, r.ID)
 		fresh = append(fresh, r)
-		if a.failed.has(r.ID) {
-			recovered[r.ID] = true
-		}
 	}
 	if err := a.completions.appendLines(&buf, ids); err != nil {
+		a.mu.Unlock()
 		return err
-	}
-	if err := a.failed.appendLines(&poisoned, poisonIDs); err != nil {
-		return err
-	}
-	if err := a.failed.remove(recovered); err != nil {
-		// The answers are written; the stale failed lines are only
-		// cosmetic and go at the next recovery or restart.
-		a.log.Error("cannot remove replayed prompts from failed.jsonl", "err", err)
 	}
 	now := time.Now()
 	for _, r := range fresh {
-		if recovered[r.ID] {
-			a.est.Recovered()
+		if a.failed.final(r.ID) {
+			a.failed.markCompleted(r.ID)
+			a.est.Reopened()
 		}
 		a.est.Completed(now, r.CompletionTokens, r.FinishReason == "length")
 	}
-	for range poisonIDs {
-		a.est.Failed(now)
-	}
-	ackAll(msgs, a)
 	a.kickIfComplete()
+	a.mu.Unlock()
+	ackAll(written, a)
+	for i, m := range poisoned {
+		if err := a.deadLetterResult(m, poisonErrs[i]); err != nil {
+			a.log.Error("cannot dead-letter an undecodable result; it comes again", "subject", m.Subject(), "err", err)
+			_ = m.NakWithDelay(5 * time.Second)
+			continue
+		}
+		ackAll([]jetstream.Msg{m}, a)
+	}
 	return nil
 }
 
@@ -156,13 +159,18 @@ func newEncoder(w *bytes.Buffer) *json.Encoder {
 
 // writeDeadLetters appends new dead letters to failed.jsonl, fsyncs, then
 // acknowledges. A dead letter for a prompt that has a completion is
-// skipped: the answer wins.
+// skipped: the answer wins. One newer than the failure already written
+// for its prompt (the prompt was replayed and failed again) replaces that
+// line, so failed.jsonl holds every failed prompt's latest failure.
 func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var buf bytes.Buffer
 	enc := newEncoder(&buf)
 	var ids []string
+	var at []time.Time
+	replace := map[string][]byte{}
+	replacedAt := map[string]time.Time{}
 	seen := make(map[string]bool)
 	for _, m := range msgs {
 		if err := schema.CheckSchemaHeader(schema.KindDeadLetter, m.Headers().Get(schema.HeaderSchema)); err != nil {
@@ -177,17 +185,34 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 		if d.ID == "" {
 			d.ID = "subject:" + m.Subject()
 		}
-		if a.failed.has(d.ID) || a.completions.has(d.ID) || seen[d.ID] {
+		if a.completions.has(d.ID) || seen[d.ID] {
 			continue
 		}
 		seen[d.ID] = true
+		if a.failed.final(d.ID) {
+			if a.failed.newer(d.ID, d.FailedAt) {
+				var line bytes.Buffer
+				if err := newEncoder(&line).Encode(newFailedLine(d)); err != nil {
+					return err
+				}
+				replace[d.ID], replacedAt[d.ID] = line.Bytes(), d.FailedAt
+			}
+			continue
+		}
 		if err := enc.Encode(newFailedLine(d)); err != nil {
 			return err
 		}
 		ids = append(ids, d.ID)
+		at = append(at, d.FailedAt)
 	}
-	if err := a.failed.appendLines(&buf, ids); err != nil {
+	if err := a.failed.appendLines(&buf, ids, at); err != nil {
 		return err
+	}
+	if len(replace) > 0 {
+		if err := a.failed.change(nil, replace, replacedAt); err != nil {
+			return err
+		}
+		a.log.Info("replaced the failed lines of prompts that failed again after a replay", "prompts", len(replace))
 	}
 	now := time.Now()
 	for range ids {
@@ -223,6 +248,12 @@ func (a *Aggregator) kickIfComplete() {
 	if a.completions.count()+a.failed.count() < a.total {
 		return
 	}
+	a.kickNow()
+}
+
+// kickNow asks the event loop for an event (and a look at whether the run
+// is done) at once.
+func (a *Aggregator) kickNow() {
 	select {
 	case a.kick <- struct{}{}:
 	default:

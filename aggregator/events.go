@@ -1,17 +1,18 @@
 package aggregator
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// emit computes a throughput event and sends it everywhere it goes: the
-// events subject, events.jsonl, one log line and Config.OnEvent.
-func (a *Aggregator) emit(now time.Time) {
+// snapshotNow is the run's state at now, as the next event reports it.
+func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 	s := a.est.Snapshot(now)
 	a.last.Lock()
+	defer a.last.Unlock()
 	s.WriteError = a.writeErr
 	for w, p := range a.paused {
 		if now.Sub(p.at) > pausedStale {
@@ -23,6 +24,27 @@ func (a *Aggregator) emit(now time.Time) {
 		}
 		s.PausedWorkers[w] = p.reason
 	}
+	return s
+}
+
+// tick takes a snapshot, makes sure a run that looks done is (see
+// confirmDone) and emits the event.
+func (a *Aggregator) tick(ctx context.Context, now time.Time) {
+	s := a.snapshotNow(now)
+	switch {
+	case s.Phase != schema.PhaseDone:
+		a.complete = time.Time{}
+	case !a.confirmDone(ctx, now):
+		s.Phase = schema.PhaseDraining
+	}
+	a.emit(s)
+}
+
+// emit sends an event everywhere it goes: the events subject,
+// events.jsonl, one log line and Config.OnEvent. An event of phase done
+// ends Run when ExitWhenDone is set.
+func (a *Aggregator) emit(s schema.Throughput) {
+	a.last.Lock()
 	a.snapshot = s
 	a.last.Unlock()
 

@@ -58,10 +58,12 @@ func TestMaxDeliveriesBecomesDeadLetter(t *testing.T) {
 }
 
 // A replayed prompt that completes leaves failed.jsonl and appears once in
-// completions.jsonl; a result that cannot be decoded is recorded as poison.
+// completions.jsonl; a result that cannot be decoded becomes a poison dead
+// letter carrying its prompt, so that replay can send the prompt again,
+// and reaches failed.jsonl from there.
 func TestRecoveredAndPoison(t *testing.T) {
 	_, _, js := brokertest.Provisioned(t)
-	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: 3}, nil)
+	brokertest.Queue(t, js, schema.Manifest{Run: run}, brokertest.Prompts(3))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d := &schema.DeadLetter{Run: run, ID: "p0000", Reason: schema.ReasonExhausted, Attempts: 5}
@@ -77,6 +79,7 @@ func TestRecoveredAndPoison(t *testing.T) {
 	garbage := nats.NewMsg(schema.ResultSubject(run, "p0002"))
 	garbage.Data = []byte("not msgpack")
 	garbage.Header.Set(schema.HeaderPromptID, "p0002")
+	garbage.Header.Set(schema.HeaderWorker, "w9")
 	if _, err := js.PublishMsg(ctx, garbage); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +94,18 @@ func TestRecoveredAndPoison(t *testing.T) {
 	failed := readLines(t, filepath.Join(dir, run, aggregator.FailedFile))
 	if len(failed) != 1 || failed[0] != "p0002" {
 		t.Errorf("failed.jsonl holds %v, want only the poison p0002", failed)
+	}
+	dead, err := js.Stream(ctx, schema.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := dead.GetLastMsgForSubject(ctx, schema.DeadSubject(run, "p0002"))
+	if err != nil {
+		t.Fatalf("no dead letter for the unreadable result: %v", err)
+	}
+	p, err := schema.DecodeDeadLetter(raw.Data)
+	if err != nil || p.Reason != schema.ReasonPoison || len(p.Messages) != 1 || p.Messages[0].Content != "question p0002" || p.Worker != "w9" {
+		t.Errorf("poison dead letter %+v (%v): want the prompt's messages and the worker", p, err)
 	}
 }
 

@@ -19,6 +19,8 @@ type jsonlFile struct {
 	path string
 	f    *os.File
 	ids  map[string]struct{}
+	// rewrites counts whole-file rewrites, which tests keep few.
+	rewrites int
 }
 
 // openJSONL opens path for appending, creating it if needed. A last line
@@ -135,14 +137,16 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, ids []string) error {
 
 func (j *jsonlFile) Close() error { return j.f.Close() }
 
-// remove rewrites the file without the lines of ids: a prompt that failed
-// and was replayed leaves failed.jsonl when it completes. The new file is
-// written beside the old one, fsynced and renamed over it, so a crash
-// leaves one or the other whole.
-func (j *jsonlFile) remove(ids map[string]bool) error {
-	if len(ids) == 0 {
+// rewrite writes the file anew without the lines of the ids in drop,
+// and with the line of each id in replace swapped for the given one
+// (which ends in '\n'). The new file is written beside the old one,
+// fsynced and renamed over it, so a crash leaves one or the other whole.
+// It is O(file): callers batch their changes.
+func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) error {
+	if len(drop) == 0 && len(replace) == 0 {
 		return nil
 	}
+	j.rewrites++
 	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
@@ -152,6 +156,11 @@ func (j *jsonlFile) remove(ids map[string]bool) error {
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	_ = tmp.Chmod(0o644)
+	fail := func(err error) error {
+		tmp.Close()
+		_, _ = j.f.Seek(0, io.SeekEnd)
+		return fmt.Errorf("rewrite %s: %w", j.path, err)
+	}
 	r := bufio.NewReaderSize(j.f, 1<<20)
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	for {
@@ -160,10 +169,13 @@ func (j *jsonlFile) remove(ids map[string]bool) error {
 			var head struct {
 				ID string `json:"id"`
 			}
-			if json.Unmarshal(line, &head) != nil || !ids[head.ID] {
+			_ = json.Unmarshal(line, &head)
+			if repl, ok := replace[head.ID]; ok {
+				line = repl
+			}
+			if !drop[head.ID] {
 				if _, werr := w.Write(line); werr != nil {
-					tmp.Close()
-					return fmt.Errorf("rewrite %s: %w", j.path, werr)
+					return fail(werr)
 				}
 			}
 		}
@@ -172,16 +184,13 @@ func (j *jsonlFile) remove(ids map[string]bool) error {
 		}
 	}
 	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("rewrite %s: %w", j.path, err)
+		return fail(err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("rewrite %s: %w", j.path, err)
+		return fail(err)
 	}
 	if err := os.Rename(tmp.Name(), j.path); err != nil {
-		tmp.Close()
-		return fmt.Errorf("rewrite %s: %w", j.path, err)
+		return fail(err)
 	}
 	syncDir(filepath.Dir(j.path))
 	j.f.Close()
@@ -189,7 +198,7 @@ func (j *jsonlFile) remove(ids map[string]bool) error {
 	if _, err := j.f.Seek(0, io.SeekEnd); err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
-	for id := range ids {
+	for id := range drop {
 		delete(j.ids, id)
 	}
 	return nil

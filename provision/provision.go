@@ -125,8 +125,50 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	if _, err := RunsBucket(ctx, js, opts); err != nil {
 		return err
 	}
+	if _, err := LeasesBucket(ctx, js, opts); err != nil {
+		return err
+	}
 	_, err := AttemptsBucket(ctx, js, opts)
 	return err
+}
+
+// LeaseTTL is how long a lease in the leases bucket lives without being
+// renewed. Its holder renews it every third of that, so a holder that
+// dies (kill -9, a lost host) frees it within LeaseTTL, and a NATS
+// outage shorter than about two thirds of it costs nothing.
+const LeaseTTL = 30 * time.Second
+
+// LeasesBucket opens the KV bucket of leases, creating it if needed.
+// Its entries expire LeaseTTL after they were last written.
+func LeasesBucket(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
+	opts = opts.withDefaults()
+	return ensureBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      schema.LeasesBucket,
+		Description: "aerie leases: which aggregator writes each run's output",
+		History:     1,
+		TTL:         LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    opts.Replicas,
+	})
+}
+
+// Replicas is the replica count of the runs bucket, which the first
+// `aerie produce` created with the deployment's choice: what a role
+// creating a resource later (an aggregator after an upgrade, say) should
+// use. It is 1 when the bucket cannot be read.
+func Replicas(ctx context.Context, js jetstream.JetStream) int {
+	kv, err := js.KeyValue(ctx, schema.RunsBucket)
+	if err != nil {
+		return 1
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 1
+	}
+	if s, ok := st.(*jetstream.KeyValueBucketStatus); ok && s.StreamInfo().Config.Replicas > 0 {
+		return s.StreamInfo().Config.Replicas
+	}
+	return 1
 }
 
 // AttemptsTTL is how long a prompt's failure count is kept: far longer

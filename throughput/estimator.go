@@ -150,9 +150,10 @@ func (e *Estimator) Failed(at time.Time) {
 	e.localFailed++
 }
 
-// Recovered takes back a failure: the prompt was replayed and has now
-// completed (its Completed call counts the answer).
-func (e *Estimator) Recovered() {
+// Reopened takes back a failure: the prompt was queued again (a replay)
+// and is pending, or has completed after all (its Completed call counts
+// the answer).
+func (e *Estimator) Reopened() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.failed = max(e.failed-1, 0)
