@@ -24,9 +24,10 @@
 //
 // # Output files
 //
-// Nothing here writes the aggregator's files. A replayed prompt keeps its
-// line in failed.jsonl until it completes; the aggregator then writes its
-// completion and removes that line. A replayed prompt that fails again
-// keeps its earlier line (the aggregator writes one line per id); the new
-// dead letter holds the latest failure.
+// Nothing here writes the aggregator's files. failed.jsonl mirrors the
+// dead letters: once a replayed prompt's dead letter is gone (step 3),
+// the aggregator takes its line out of failed.jsonl and waits for its
+// new outcome before it calls the run done. A replayed prompt that
+// completes is then written to completions.jsonl; one that fails again
+// gets a new dead letter, and a line with that latest failure.
 package requeue

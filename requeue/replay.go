@@ -16,8 +16,9 @@ import (
 // are always complete.
 const MaxListed = 10
 
-// Reasons are the dead-letter reason classes a replay can select.
-var Reasons = []string{schema.ReasonPermanent, schema.ReasonExhausted, schema.ReasonPoison}
+// Reasons are the dead-letter reason classes a replay can select: every
+// class a dead letter can have.
+var Reasons = schema.Reasons
 
 // ReplayConfig chooses the dead letters of a run to put back to work.
 // Run is required; the zero value of every other field selects every dead
@@ -172,15 +173,23 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 		rep.problem(fmt.Sprintf("%s (id %q, reason %s): holds no prompt to send again: the prompt message could not be decoded; its raw bytes are in the dead letter's body", s.subject, d.ID, d.Reason))
 		return nil
 	}
-	done, err := r.HasResult(ctx, d.ID)
+	answer, err := r.resultOf(ctx, d.ID)
 	if err != nil {
 		return fmt.Errorf("replay stopped at prompt %q: %w; what was replayed stays replayed: run the replay again to continue", d.ID, err)
 	}
-	if done {
+	if answer == readableResult {
 		rep.Completed++
 		return nil
 	}
 	if !cfg.DryRun {
+		if answer == unreadableResult {
+			// The prompt's answer was stored but cannot be read (its dead
+			// letter says poison): it must go, or the new answer could not
+			// be stored on its subject.
+			if err := r.dropResult(ctx, d.ID); err != nil {
+				return fmt.Errorf("replay stopped at prompt %q: %w; what was replayed stays replayed: run the replay again to continue", d.ID, err)
+			}
+		}
 		p := &schema.Prompt{Run: r.run, ID: d.ID, Messages: d.Messages, MaxTokens: cfg.MaxTokens}
 		outcome, err := r.Requeue(ctx, p)
 		if err != nil {

@@ -45,6 +45,8 @@ func (r *ReplayReport) String() string {
 	}
 	if r.DryRun {
 		fmt.Fprintln(&b, "dry run: nothing changed")
+	} else if r.NumReplayed() > 0 {
+		fmt.Fprintf(&b, "the aggregator takes their lines out of failed.jsonl and writes their new outcomes: if it has exited (--exit-when-done), start it again: aerie aggregate --run %s\n", r.Run)
 	}
 	return b.String()
 }

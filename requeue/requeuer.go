@@ -126,6 +126,44 @@ func (r *Requeuer) HasResult(ctx context.Context, id string) (bool, error) {
 	return m != nil, err
 }
 
+// resultKind says what the results stream holds for a prompt.
+type resultKind int
+
+const (
+	noResult resultKind = iota
+	readableResult
+	// unreadableResult: stored, but it cannot be decoded; the aggregator
+	// dead-letters such a result as poison.
+	unreadableResult
+)
+
+// resultOf tells what the results stream holds for prompt id.
+func (r *Requeuer) resultOf(ctx context.Context, id string) (resultKind, error) {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	switch {
+	case err != nil:
+		return noResult, err
+	case m == nil:
+		return noResult, nil
+	}
+	if schema.CheckSchemaHeader(schema.KindResult, m.Header.Get(schema.HeaderSchema)) != nil {
+		return unreadableResult, nil
+	}
+	if _, err := schema.DecodeResult(m.Data); err != nil {
+		return unreadableResult, nil
+	}
+	return readableResult, nil
+}
+
+// dropResult removes the result stored for prompt id.
+func (r *Requeuer) dropResult(ctx context.Context, id string) error {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	if err != nil || m == nil {
+		return err
+	}
+	return r.purge(ctx, r.results, m)
+}
+
 // listTimeout bounds the listing of a run's subjects on a stream: the
 // server pages it, and a run of a million prompts takes a few seconds.
 const listTimeout = 2 * time.Minute
