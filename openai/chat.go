@@ -154,7 +154,8 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 		return nil, fmt.Errorf("%s: %w: %w", k.where, errMalformed, err)
 	}
 	if obj := r.errorFrom(); obj != nil {
-		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(0, obj, k.c.apiKey))
+		// The server accepted the request and failed after: InStream.
+		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(resp.StatusCode, obj, k.c.apiKey))
 	}
 	var choice *wholeChoice
 	for i := range r.Choices {
@@ -189,7 +190,8 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 }
 
 // wholeResponse is a non-streaming chat completion, or an error object
-// that a server sent with a 2xx status.
+// that a server sent with a 2xx status (an *APIError whose InStream is
+// true: the server failed after accepting the request).
 type wholeResponse struct {
 	ID      string        `json:"id"`
 	Model   string        `json:"model"`

@@ -43,10 +43,14 @@ const (
 )
 
 // APIError is a failure reported by the server: a non-2xx response, or an
-// error object sent inside a successful stream (then Status is 0 and Code
-// usually holds the status the server meant).
+// error object the server sent after accepting the request (see
+// InStream).
 type APIError struct {
-	Status  int    // HTTP status; 0 for an error sent inside a stream
+	// Status is the HTTP status of the response that carried the error:
+	// 0 for an error event inside a stream, and a 2xx status for an
+	// error object that a server sent as the body of a successful
+	// non-streaming response.
+	Status  int
 	Type    string // e.g. "BadRequestError"
 	Message string // the server's explanation
 	Code    string // numeric or symbolic code, as text ("400", "context_length_exceeded")
@@ -58,7 +62,21 @@ type APIError struct {
 	RetryAfter time.Duration
 }
 
-// Error describes the failure as "status 400 BadRequestError: message".
+// InStream reports whether the server sent the error after it had
+// accepted the request with a 2xx status: as an event inside a stream
+// (Status 0), or as the body of a successful non-streaming response. Such
+// an error is the server failing while generating (vLLM sends one when
+// its engine dies or raises mid-answer), not a judgement of the prompt:
+// vLLM gives it the code 400 by default, whatever went wrong. Classify
+// calls every such error Transient, and callers may count it as a server
+// fault. An error status before streaming (for example 400 for a prompt
+// longer than the context) is not InStream.
+func (e *APIError) InStream() bool {
+	return e.Status == 0 || e.Status/100 == 2
+}
+
+// Error describes the failure as "status 400 BadRequestError: message",
+// or "error in stream BadRequestError: message" for an error event.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	if e.Status == 0 {

@@ -21,9 +21,12 @@ import (
 // well as ctx; expiry of the former is Transient, of the latter Canceled.
 //
 // A stream that stops before [DONE], or without a finish reason, is an
-// error (Transient), as is a chunk that is not valid JSON; an error object
-// sent inside the stream is returned as an *APIError with Status 0. On
-// error the Completion is nil: a partial answer is not training data.
+// error (Transient), as is a chunk that is not valid JSON. An error object
+// sent inside the stream is returned as an *APIError with Status 0 whose
+// InStream is true; it is Transient whatever its code, because vLLM sends
+// one (code 400 by default) whenever generation fails after the stream
+// has started. On error the Completion is nil: a partial answer is not
+// training data.
 func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
 	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
 	defer k.end()
