@@ -61,6 +61,12 @@ type Completion struct {
 	Latency time.Duration
 	// Chunks counts the stream's data chunks ([DONE] excluded); 0 for Chat.
 	Chunks int
+	// SystemFingerprint is the server's system_fingerprint: the first
+	// non-empty one of the stream's chunks, or the one of a non-streaming
+	// response; empty when the server sent none (vLLM does not). aerie's
+	// simulator names itself here, so that its answers cannot pass for a
+	// real model's.
+	SystemFingerprint string
 }
 
 // Progress is called by ChatStream from the goroutine reading the stream
@@ -175,13 +181,14 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 	a.add(m.Reasoning, m.ReasoningContent, m.Content)
 	reasoning, content := a.split()
 	comp := &Completion{
-		ID:           r.ID,
-		Model:        r.Model,
-		Reasoning:    reasoning,
-		Content:      content,
-		FinishReason: choice.FinishReason,
-		TTFT:         ttft,
-		Latency:      latency,
+		ID:                r.ID,
+		Model:             r.Model,
+		Reasoning:         reasoning,
+		Content:           content,
+		FinishReason:      choice.FinishReason,
+		TTFT:              ttft,
+		Latency:           latency,
+		SystemFingerprint: r.SystemFingerprint,
 	}
 	if r.Usage != nil {
 		comp.Usage = *r.Usage
@@ -193,10 +200,11 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 // that a server sent with a 2xx status (an *APIError whose InStream is
 // true: the server failed after accepting the request).
 type wholeResponse struct {
-	ID      string        `json:"id"`
-	Model   string        `json:"model"`
-	Choices []wholeChoice `json:"choices"`
-	Usage   *Usage        `json:"usage"`
+	ID                string        `json:"id"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []wholeChoice `json:"choices"`
+	Usage             *Usage        `json:"usage"`
 	errorEnvelope
 }
 

@@ -95,6 +95,7 @@ type streamState struct {
 
 	answer       answer
 	id, model    string
+	fingerprint  string
 	finishReason string
 	usage        Usage
 	chunks       int
@@ -106,9 +107,10 @@ type streamState struct {
 // streamChunk is one data chunk of a chat completion stream, or an error
 // object sent in its place.
 type streamChunk struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
+	ID                string `json:"id"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []struct {
 		Index        int       `json:"index"`
 		Delta        textParts `json:"delta"`
 		FinishReason *string   `json:"finish_reason"`
@@ -149,6 +151,9 @@ func (s *streamState) chunk(c *streamChunk) {
 	if s.model == "" {
 		s.model = c.Model
 	}
+	if s.fingerprint == "" {
+		s.fingerprint = c.SystemFingerprint
+	}
 	text := false
 	for i := range c.Choices {
 		ch := &c.Choices[i]
@@ -185,15 +190,16 @@ func (s *streamState) chunk(c *streamChunk) {
 func (s *streamState) completion() *Completion {
 	reasoning, content := s.answer.split()
 	return &Completion{
-		ID:           s.id,
-		Model:        s.model,
-		Reasoning:    reasoning,
-		Content:      content,
-		FinishReason: s.finishReason,
-		Usage:        s.usage,
-		TTFT:         s.ttft,
-		Latency:      s.latency,
-		Chunks:       s.chunks,
+		ID:                s.id,
+		Model:             s.model,
+		Reasoning:         reasoning,
+		Content:           content,
+		FinishReason:      s.finishReason,
+		Usage:             s.usage,
+		TTFT:              s.ttft,
+		Latency:           s.latency,
+		Chunks:            s.chunks,
+		SystemFingerprint: s.fingerprint,
 	}
 }
 
