@@ -127,10 +127,13 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 
 // Chat runs a non-streaming chat completion. It is for short requests and
 // for servers that cannot stream; ChatStream reports progress and TTFT.
-// The request is bounded by Config.RequestTimeout as well as ctx.
+// The server sends nothing until the whole answer is ready, so
+// Config.FirstTokenTimeout bounds the generation, Config.IdleTimeout the
+// gaps while the body is read, and Config.RequestTimeout (if set) the
+// whole; expiry of any is Transient. The end of ctx is Canceled.
 func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error) {
-	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
-	defer k.end()
+	k := c.startChat(ctx)
+	defer k.finish()
 	body, err := req.encode(false)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
@@ -140,6 +143,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error)
 	if err != nil {
 		return nil, err
 	}
+	k.dog.admit(afterHeaders)
 	defer k.release(resp.Body, true)
 	if resp.StatusCode/100 != 2 {
 		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))

@@ -59,12 +59,12 @@ type classRule struct {
 }
 
 // classRules is the whole mapping from errors to classes. The first rule
-// that gives a class wins, so order matters: the request timeout is
-// checked before context errors, errors sent inside a successful
+// that gives a class wins, so order matters: the client's time limits
+// are checked before context errors, errors sent inside a successful
 // response before other server responses, and server responses before
 // transport errors.
 var classRules = []classRule{
-	{"request timeout", when(is(errRequestTimeout), Transient)},
+	{"client time limit", when(isTimeLimit, Transient)},
 	{"caller canceled", when(is(context.Canceled), Canceled)},
 	{"caller deadline", when(is(context.DeadlineExceeded), Canceled)},
 	{"server failed mid-answer", when(isInStreamError, Transient)},
@@ -136,6 +136,14 @@ func statusClass(status int) Class {
 	// No status, or one that is not an error (an unfollowed redirect):
 	// nothing says the prompt is at fault.
 	return Transient
+}
+
+// isTimeLimit matches the expiry of one of the client's own time limits
+// (first-token, idle, request or probe timeout): the server was too slow
+// or stuck.
+func isTimeLimit(err error) bool {
+	var limit *timeLimitError
+	return errors.As(err, &limit)
 }
 
 func is(target error) func(error) bool {

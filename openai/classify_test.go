@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestClassify(t *testing.T) {
@@ -35,8 +36,11 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, 0},
 		{"caller canceled", wrap(context.Canceled), Canceled},
 		{"caller deadline", wrap(context.DeadlineExceeded), Canceled},
-		{"request timeout", wrap(errRequestTimeout), Transient},
-		{"request timeout beats a context error", fmt.Errorf("%w: %w", errRequestTimeout, context.DeadlineExceeded), Transient},
+		{"first-token timeout", wrap(firstTokenExpired(time.Minute)), Transient},
+		{"idle timeout", wrap(idleExpired(time.Minute, afterFirstToken)), Transient},
+		{"request timeout", wrap(totalExpired(time.Minute)), Transient},
+		{"probe timeout", wrap(probeExpired(time.Second)), Transient},
+		{"time limit beats a context error", fmt.Errorf("%w: %w", idleExpired(time.Minute, afterFirstToken), context.DeadlineExceeded), Transient},
 		{"bad request", wrap(&APIError{Status: 400}), Permanent},
 		{"not found", wrap(&APIError{Status: 404}), Permanent},
 		{"payload too large", wrap(&APIError{Status: 413}), Permanent},

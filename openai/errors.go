@@ -13,14 +13,11 @@ import (
 	"unicode/utf8"
 )
 
-// Sentinel errors wrapped by the errors this package returns. They are
+// Sentinel errors wrapped by the errors this package returns (with
+// timeLimitError, for the client's own time limits). They are
 // unexported: callers decide what to do with Classify, and read the
 // details in the message.
 var (
-	// errRequestTimeout: Config.RequestTimeout expired. Deliberately not
-	// context.DeadlineExceeded, which Classify reserves for the caller's
-	// own context.
-	errRequestTimeout = errors.New("request timeout exceeded")
 	// errStreamEnded: the stream stopped before it was complete.
 	errStreamEnded = errors.New("stream ended early")
 	// errMalformed: the server sent something that is not the API's shape.

@@ -17,8 +17,11 @@ import (
 //
 // It asks for usage in every chunk (continuous usage stats) and in a final
 // chunk, calls progress (which may be nil) as tokens arrive, and measures
-// TTFT and latency. The request is bounded by Config.RequestTimeout as
-// well as ctx; expiry of the former is Transient, of the latter Canceled.
+// TTFT and latency. The request is bounded by the client's time limits
+// (Config.FirstTokenTimeout until the first data event,
+// Config.IdleTimeout between bytes after it, Config.RequestTimeout
+// overall if set) as well as ctx; expiry of a limit is Transient, the end
+// of ctx Canceled.
 //
 // A stream that stops before [DONE], or without a finish reason, is an
 // error (Transient), as is a chunk that is not valid JSON. An error object
@@ -28,8 +31,8 @@ import (
 // has started. On error the Completion is nil: a partial answer is not
 // training data.
 func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
-	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
-	defer k.end()
+	k := c.startChat(ctx)
+	defer k.finish()
 	body, err := req.encode(true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
@@ -40,11 +43,14 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
+		k.dog.admit(afterHeaders)
 		defer k.release(resp.Body, true)
 		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
 	}
 	if isJSON(resp.Header.Get("Content-Type")) {
-		// The server (or a proxy) ignored "stream": the whole answer is here.
+		// The server (or a proxy) ignored "stream": the whole answer is
+		// here, and its headers were the first token.
+		k.dog.admit(afterHeaders)
 		defer k.release(resp.Body, true)
 		comp, err := k.readWhole(resp, begin, time.Since(begin))
 		if err == nil && progress != nil && comp.Usage.CompletionTokens > 0 {
@@ -62,11 +68,15 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	return s.completion(), nil
 }
 
-// readStream feeds every chunk of the stream to s until [DONE].
+// readStream feeds every chunk of the stream to s until [DONE]. The
+// first data event (or [DONE]) is the first token for the watchdog.
 func (k *call) readStream(body io.Reader, s *streamState) error {
 	events := newSSEReader(body)
 	for {
 		data, done, err := events.next()
+		if err == nil {
+			k.dog.admit(afterFirstToken)
+		}
 		if done {
 			break
 		}

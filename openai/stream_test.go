@@ -485,44 +485,6 @@ func TestChatStreamCancelWithCause(t *testing.T) {
 	}
 }
 
-func TestChatStreamTimeouts(t *testing.T) {
-	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-	t.Run("request timeout is transient", func(t *testing.T) {
-		c, _ := newTestServer(t, hang, func(cfg *Config) { cfg.RequestTimeout = 150 * time.Millisecond })
-		start := time.Now()
-		_, err := c.ChatStream(testContext(t), userMessage("q"), nil)
-		wantClass(t, err, Transient)
-		if !strings.Contains(err.Error(), "request timeout exceeded (limit 150ms)") {
-			t.Errorf("error %q", err)
-		}
-		if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
-			t.Errorf("returned after %v", d)
-		}
-	})
-	t.Run("request timeout mid-stream", func(t *testing.T) {
-		c, _ := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
-			startStream(w)
-			send(w, chunk{field: "content", text: "a"}.String())
-			<-r.Context().Done()
-		}, func(cfg *Config) { cfg.RequestTimeout = 150 * time.Millisecond })
-		_, err := c.ChatStream(testContext(t), userMessage("q"), nil)
-		wantClass(t, err, Transient)
-		if !strings.Contains(err.Error(), "reading stream after 1 chunks: request timeout exceeded") {
-			t.Errorf("error %q", err)
-		}
-	})
-	t.Run("caller deadline is canceled", func(t *testing.T) {
-		c, _ := newTestServer(t, hang)
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-		defer cancel()
-		_, err := c.ChatStream(ctx, userMessage("q"), nil)
-		wantClass(t, err, Canceled)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("error %q does not wrap context.DeadlineExceeded", err)
-		}
-	})
-}
-
 func TestChatStreamInvalidRequest(t *testing.T) {
 	c, _ := newTestServer(t, streamOf())
 	nan := math.NaN()
