@@ -146,7 +146,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error)
 	k.dog.admit(afterHeaders)
 	defer k.release(resp.Body, true)
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	ttft := time.Since(begin)
 	return k.readWhole(resp, begin, ttft)
@@ -165,7 +165,7 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 	}
 	if obj := r.errorFrom(); obj != nil {
 		// The server accepted the request and failed after: InStream.
-		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(resp.StatusCode, obj, k.c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(resp.StatusCode, obj, k.c.keys.secrets()))
 	}
 	var choice *wholeChoice
 	for i := range r.Choices {

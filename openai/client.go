@@ -21,7 +21,7 @@ const maxResponseBody = 64 << 20
 // connections are reused.
 type Client struct {
 	ep     endpoints
-	apiKey string
+	keys   *keyring
 	http   *http.Client
 	limits timeLimits
 }
@@ -35,8 +35,9 @@ type timeLimits struct {
 }
 
 // New returns a Client for cfg, with defaults applied to zero fields. It
-// fails if BaseURL is not an absolute http or https URL or a timeout is
-// negative.
+// fails if BaseURL is not an absolute http or https URL, a timeout is
+// negative, both APIKey and APIKeyFile are set, or the key file cannot be
+// read or is empty.
 func New(cfg Config) (*Client, error) {
 	ep, err := parseBaseURL(cfg.BaseURL)
 	if err != nil {
@@ -46,18 +47,44 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openai: %w", err)
 	}
-	c := &Client{ep: ep, apiKey: cfg.APIKey, http: cfg.HTTPClient, limits: limits}
+	keys, err := newKeyring(cfg.APIKey, cfg.APIKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
+	}
+	c := &Client{ep: ep, keys: keys, http: cfg.HTTPClient, limits: limits}
 	if c.http == nil {
 		c.http = newHTTPClient()
 	}
 	return c, nil
 }
 
-// String names the server the client talks to and its time limits; it
-// never shows the key.
+// String names the server the client talks to, where its key comes
+// from and its time limits; it never shows the key.
 func (c *Client) String() string {
-	return fmt.Sprintf("openai.Client{BaseURL: %q, APIKey: %s, %s}",
-		c.ep.root, redactedKey(c.apiKey), c.limits)
+	return fmt.Sprintf("openai.Client{BaseURL: %q, APIKey: %s, APIKeyFile: %q, %s}",
+		c.ep.root, redactedKey(c.keys.current()), c.keys.file, c.limits)
+}
+
+// GoString is String, so that %#v does not print the API key either.
+func (c *Client) GoString() string { return c.String() }
+
+// ReloadAPIKey reads Config.APIKeyFile again, so that a rotated key takes
+// effect without a restart: requests started after it returns send the
+// new key, while requests in flight keep the one they were sent with. It
+// is safe to call at any time, from any goroutine. changed reports
+// whether the key differs from the one in use. A client without a key
+// file does nothing and returns false, nil. On error (the file is
+// missing, unreadable or empty, perhaps caught while being rewritten) the
+// client keeps its current key; call again once the file is fixed. To
+// rotate, write the new key to a new file and rename it over the old one,
+// so that a reload never sees the file half written. Every key the client
+// has held stays scrubbed from its errors.
+func (c *Client) ReloadAPIKey() (changed bool, err error) {
+	changed, err = c.keys.load()
+	if err != nil {
+		return false, fmt.Errorf("openai: reload: %w", err)
+	}
+	return changed, nil
 }
 
 // Health checks GET /health, which vLLM answers with 200 while its
@@ -72,7 +99,7 @@ func (c *Client) Health(ctx context.Context) error {
 	}
 	defer k.release(resp.Body, true)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	return nil
 }
@@ -96,7 +123,7 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	}
 	defer k.release(resp.Body, true)
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	body, err := readBounded(resp.Body, maxResponseBody)
 	if err != nil {
@@ -219,8 +246,8 @@ func (c *Client) newRequest(ctx context.Context, method, target string, body []b
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", "aerie")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	if key := c.keys.current(); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	return req, nil
 }

@@ -107,7 +107,7 @@ func TestStringsHideKey(t *testing.T) {
 	}
 	for _, s := range []string{
 		cfg.String(), fmt.Sprint(cfg), fmt.Sprintf("%+v", cfg), fmt.Sprintf("%#v", cfg), fmt.Sprintf("%v", &cfg),
-		c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c),
+		c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
 	} {
 		if strings.Contains(s, testKey) || !strings.Contains(s, "[redacted]") {
 			t.Errorf("String output %q", s)

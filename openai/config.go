@@ -37,8 +37,16 @@ type Config struct {
 	BaseURL string
 
 	// APIKey, when set, is sent as "Authorization: Bearer <key>". It never
-	// appears in errors, logs or String output.
+	// appears in errors, logs or String output. Empty means no key, unless
+	// APIKeyFile is set.
 	APIKey string
+
+	// APIKeyFile, when set, names a file holding the API key (surrounding
+	// whitespace is ignored), read by New and again by
+	// Client.ReloadAPIKey, so that a rotated key is picked up without a
+	// restart. APIKey must then be empty. A missing, unreadable or empty
+	// file is an error.
+	APIKeyFile string
 
 	// HTTPClient sends every request. Nil means a client made for many
 	// concurrent long streams to one host: up to 512 idle connections
@@ -82,8 +90,8 @@ func (c Config) String() string {
 	if c.HTTPClient != nil {
 		client = "custom"
 	}
-	return fmt.Sprintf("openai.Config{BaseURL: %q, APIKey: %s, HTTPClient: %s, FirstTokenTimeout: %v, IdleTimeout: %v, RequestTimeout: %v}",
-		withoutUserinfo(c.BaseURL), redactedKey(c.APIKey), client, c.FirstTokenTimeout, c.IdleTimeout, c.RequestTimeout)
+	return fmt.Sprintf("openai.Config{BaseURL: %q, APIKey: %s, APIKeyFile: %q, HTTPClient: %s, FirstTokenTimeout: %v, IdleTimeout: %v, RequestTimeout: %v}",
+		withoutUserinfo(c.BaseURL), redactedKey(c.APIKey), c.APIKeyFile, client, c.FirstTokenTimeout, c.IdleTimeout, c.RequestTimeout)
 }
 
 // GoString is String, so that %#v does not print the API key either.

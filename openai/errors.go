@@ -142,29 +142,29 @@ func (env *errorEnvelope) errorFrom() *errorObject {
 	return nil
 }
 
-// apiErrorFrom converts a decoded error object, removing the API key
-// from the message in case a server echoed it.
-func apiErrorFrom(status int, obj *errorObject, apiKey string) *APIError {
+// apiErrorFrom converts a decoded error object, removing the client's
+// API keys (secrets) from the message in case a server echoed one.
+func apiErrorFrom(status int, obj *errorObject, secrets []string) *APIError {
 	return &APIError{
 		Status:  status,
 		Type:    obj.Type,
-		Message: string(redact([]byte(obj.Message), apiKey)),
+		Message: string(redact([]byte(obj.Message), secrets)),
 		Code:    rawText(obj.Code),
 		Param:   rawText(obj.Param),
 	}
 }
 
 // readAPIError builds an APIError from a non-2xx response. It reads at
-// most maxErrorRead bytes of the body; the key, if a server echoed it,
-// is removed from everything kept.
-func readAPIError(resp *http.Response, apiKey string) *APIError {
+// most maxErrorRead bytes of the body; the client's API keys (secrets),
+// if a server echoed one, are removed from everything kept.
+func readAPIError(resp *http.Response, secrets []string) *APIError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorRead))
-	body = redact(body, apiKey)
+	body = redact(body, secrets)
 	e := &APIError{Status: resp.StatusCode}
 	var env errorEnvelope
 	if json.Unmarshal(body, &env) == nil {
 		if obj := env.errorFrom(); obj != nil {
-			e = apiErrorFrom(resp.StatusCode, obj, apiKey)
+			e = apiErrorFrom(resp.StatusCode, obj, secrets)
 		}
 	}
 	e.Body = truncate(string(body), maxErrorBody)
@@ -220,10 +220,13 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// redact removes every occurrence of key from b.
-func redact(b []byte, key string) []byte {
-	if key == "" || !bytes.Contains(b, []byte(key)) {
-		return b
+// redact removes every occurrence of each of keys from b. b itself is
+// not modified.
+func redact(b []byte, keys []string) []byte {
+	for _, key := range keys {
+		if key != "" && bytes.Contains(b, []byte(key)) {
+			b = bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+		}
 	}
-	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+	return b
 }

@@ -45,7 +45,7 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	if resp.StatusCode/100 != 2 {
 		k.dog.admit(afterHeaders)
 		defer k.release(resp.Body, true)
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	if isJSON(resp.Header.Get("Content-Type")) {
 		// The server (or a proxy) ignored "stream": the whole answer is
@@ -60,7 +60,7 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	}
 	complete := false
 	defer func() { k.release(resp.Body, complete) }()
-	s := &streamState{begin: begin, progress: progress, apiKey: c.apiKey}
+	s := &streamState{begin: begin, progress: progress, secrets: c.keys.secrets()}
 	if err := k.readStream(resp.Body, s); err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func (k *call) readStream(body io.Reader, s *streamState) error {
 type streamState struct {
 	begin    time.Time
 	progress Progress
-	apiKey   string // removed from anything of the stream put in an error
+	secrets  []string // API keys, removed from anything of the stream put in an error
 
 	answer       answer
 	id, model    string
@@ -141,13 +141,13 @@ func (s *streamState) event(data []byte) error {
 			return nil
 		}
 		if err != nil {
-			snippet := truncate(string(redact(data, s.apiKey)), 200)
+			snippet := truncate(string(redact(data, s.secrets)), 200)
 			return fmt.Errorf("%w: chunk %d is not valid JSON (%w): %s",
 				errMalformed, s.chunks+1, err, snippet)
 		}
 		s.chunks++
 		if obj := chunk.errorFrom(); obj != nil {
-			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.apiKey))
+			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.secrets))
 		}
 		s.chunk(&chunk)
 	}
