@@ -38,14 +38,15 @@ type Config struct {
 
 	// APIKey, when set, is sent as "Authorization: Bearer <key>". It never
 	// appears in errors, logs or String output. Empty means no key, unless
-	// APIKeyFile is set.
+	// APIKeyFile is set. A key holding a line break or another control
+	// character cannot be sent in a header and is refused by New.
 	APIKey string
 
 	// APIKeyFile, when set, names a file holding the API key (surrounding
 	// whitespace is ignored), read by New and again by
 	// Client.ReloadAPIKey, so that a rotated key is picked up without a
 	// restart. APIKey must then be empty. A missing, unreadable or empty
-	// file is an error.
+	// file, or one holding more than a key on one line, is an error.
 	APIKeyFile string
 
 	// HTTPClient sends every request. Nil means a client made for many
@@ -216,8 +217,9 @@ func withoutUserinfo(raw string) string {
 // ResponseHeaderTimeout, because vLLM sends response headers together
 // with the first token, so a request queued behind a full batch looks
 // like a server that has not answered yet (Config.FirstTokenTimeout
-// bounds that wait instead). Dialing and TLS handshakes are bounded at 10 s, since
-// a server that cannot accept a connection in that time is down.
+// bounds that wait instead). Dialing and TLS handshakes are bounded at
+// 10 s, since a server that cannot accept a connection in that time is
+// down.
 // Compression is not requested, so no proxy buffers the event stream to
 // compress it. HTTP/2 stays off: one connection per stream avoids
 // head-of-line blocking and per-connection stream limits.
