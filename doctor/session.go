@@ -34,7 +34,7 @@ type session struct {
 func newSession(cfg Config) *session {
 	s := &session{cfg: cfg, done: make(map[string]Status)}
 	if cfg.Backend != "" {
-		// The client's own request timeout is never reached: every call
+		// The client's own time limits are never reached: every call
 		// runs under the check's shorter deadline.
 		s.client, s.clientErr = openai.New(openai.Config{BaseURL: cfg.Backend, APIKey: cfg.APIKey})
 	}

@@ -61,6 +61,12 @@ type Completion struct {
 	Latency time.Duration
 	// Chunks counts the stream's data chunks ([DONE] excluded); 0 for Chat.
 	Chunks int
+	// SystemFingerprint is the server's system_fingerprint: the first
+	// non-empty one of the stream's chunks, or the one of a non-streaming
+	// response; empty when the server sent none (vLLM does not). aerie's
+	// simulator names itself here, so that its answers cannot pass for a
+	// real model's.
+	SystemFingerprint string
 }
 
 // Progress is called by ChatStream from the goroutine reading the stream
@@ -121,10 +127,13 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 
 // Chat runs a non-streaming chat completion. It is for short requests and
 // for servers that cannot stream; ChatStream reports progress and TTFT.
-// The request is bounded by Config.RequestTimeout as well as ctx.
+// The server sends nothing until the whole answer is ready, so
+// Config.FirstTokenTimeout bounds the generation, Config.IdleTimeout the
+// gaps while the body is read, and Config.RequestTimeout (if set) the
+// whole; expiry of any is Transient. The end of ctx is Canceled.
 func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error) {
-	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
-	defer k.end()
+	k := c.startChat(ctx)
+	defer k.finish()
 	body, err := req.encode(false)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
@@ -134,9 +143,10 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error)
 	if err != nil {
 		return nil, err
 	}
+	k.dog.admit(afterHeaders)
 	defer k.release(resp.Body, true)
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	ttft := time.Since(begin)
 	return k.readWhole(resp, begin, ttft)
@@ -154,7 +164,8 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 		return nil, fmt.Errorf("%s: %w: %w", k.where, errMalformed, err)
 	}
 	if obj := r.errorFrom(); obj != nil {
-		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(0, obj, k.c.apiKey))
+		// The server accepted the request and failed after: InStream.
+		return nil, fmt.Errorf("%s: %w", k.where, apiErrorFrom(resp.StatusCode, obj, k.c.keys.secrets()))
 	}
 	var choice *wholeChoice
 	for i := range r.Choices {
@@ -174,13 +185,14 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 	a.add(m.Reasoning, m.ReasoningContent, m.Content)
 	reasoning, content := a.split()
 	comp := &Completion{
-		ID:           r.ID,
-		Model:        r.Model,
-		Reasoning:    reasoning,
-		Content:      content,
-		FinishReason: choice.FinishReason,
-		TTFT:         ttft,
-		Latency:      latency,
+		ID:                r.ID,
+		Model:             r.Model,
+		Reasoning:         reasoning,
+		Content:           content,
+		FinishReason:      choice.FinishReason,
+		TTFT:              ttft,
+		Latency:           latency,
+		SystemFingerprint: r.SystemFingerprint,
 	}
 	if r.Usage != nil {
 		comp.Usage = *r.Usage
@@ -189,12 +201,14 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 }
 
 // wholeResponse is a non-streaming chat completion, or an error object
-// that a server sent with a 2xx status.
+// that a server sent with a 2xx status (an *APIError whose InStream is
+// true: the server failed after accepting the request).
 type wholeResponse struct {
-	ID      string        `json:"id"`
-	Model   string        `json:"model"`
-	Choices []wholeChoice `json:"choices"`
-	Usage   *Usage        `json:"usage"`
+	ID                string        `json:"id"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []wholeChoice `json:"choices"`
+	Usage             *Usage        `json:"usage"`
 	errorEnvelope
 }
 

@@ -18,10 +18,12 @@ type Class int
 
 const (
 	// Transient: the same request may succeed later (overload, queue
-	// full, network trouble, server restart, too slow). Retry with backoff.
+	// full, network trouble, server restart, too slow, generation that
+	// failed after the server accepted the request). Retry with backoff.
 	Transient Class = iota + 1
 	// Permanent: this request will not succeed as sent (context too
-	// long, malformed request, unknown model). Retrying is pointless.
+	// long, malformed request, unknown model), as the server said with a
+	// 4xx status before it started answering. Retrying is pointless.
 	Permanent
 	// Auth: the deployment is misconfigured (rejected key, untrusted
 	// certificate, https to a plain HTTP port). No request will succeed until an operator fixes it,
@@ -57,13 +59,15 @@ type classRule struct {
 }
 
 // classRules is the whole mapping from errors to classes. The first rule
-// that gives a class wins, so order matters: the request timeout is
-// checked before context errors, and server responses before transport
-// errors.
+// that gives a class wins, so order matters: the client's time limits
+// are checked before context errors, errors sent inside a successful
+// response before other server responses, and server responses before
+// transport errors.
 var classRules = []classRule{
-	{"request timeout", when(is(errRequestTimeout), Transient)},
+	{"client time limit", when(isTimeLimit, Transient)},
 	{"caller canceled", when(is(context.Canceled), Canceled)},
 	{"caller deadline", when(is(context.DeadlineExceeded), Canceled)},
+	{"server failed mid-answer", when(isInStreamError, Transient)},
 	{"server response", apiErrorClass},
 	{"invalid request", when(is(errInvalidRequest), Permanent)},
 	{"TLS misconfigured", when(isTLSConfigError, Auth)},
@@ -99,22 +103,22 @@ func when(match func(error) bool, c Class) func(error) Class {
 	}
 }
 
+// isInStreamError matches an error the server sent after accepting the
+// request (APIError.InStream). Its code says nothing about the prompt:
+// vLLM sends 400 for any exception raised while generating, an engine
+// that died included.
+func isInStreamError(err error) bool {
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr != nil && apiErr.InStream()
+}
+
+// apiErrorClass maps an error response to a class by its HTTP status.
 func apiErrorClass(err error) Class {
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr == nil {
 		return 0
 	}
-	return apiErr.class()
-}
-
-// class maps a server's error to a class by its HTTP status. An error
-// sent inside a stream has no status; its numeric code stands in.
-func (e *APIError) class() Class {
-	status := e.Status
-	if status == 0 {
-		status, _ = strconv.Atoi(e.Code)
-	}
-	return statusClass(status)
+	return statusClass(apiErr.Status)
 }
 
 // statusClass maps an HTTP status to a class.
@@ -132,6 +136,14 @@ func statusClass(status int) Class {
 	// No status, or one that is not an error (an unfollowed redirect):
 	// nothing says the prompt is at fault.
 	return Transient
+}
+
+// isTimeLimit matches the expiry of one of the client's own time limits
+// (first-token, idle, request or probe timeout): the server was too slow
+// or stuck.
+func isTimeLimit(err error) bool {
+	var limit *timeLimitError
+	return errors.As(err, &limit)
 }
 
 func is(target error) func(error) bool {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestClassify(t *testing.T) {
@@ -35,8 +36,11 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, 0},
 		{"caller canceled", wrap(context.Canceled), Canceled},
 		{"caller deadline", wrap(context.DeadlineExceeded), Canceled},
-		{"request timeout", wrap(errRequestTimeout), Transient},
-		{"request timeout beats a context error", fmt.Errorf("%w: %w", errRequestTimeout, context.DeadlineExceeded), Transient},
+		{"first-token timeout", wrap(firstTokenExpired(time.Minute)), Transient},
+		{"idle timeout", wrap(idleExpired(time.Minute, afterFirstToken)), Transient},
+		{"request timeout", wrap(totalExpired(time.Minute)), Transient},
+		{"probe timeout", wrap(probeExpired(time.Second)), Transient},
+		{"time limit beats a context error", fmt.Errorf("%w: %w", idleExpired(time.Minute, afterFirstToken), context.DeadlineExceeded), Transient},
 		{"bad request", wrap(&APIError{Status: 400}), Permanent},
 		{"not found", wrap(&APIError{Status: 404}), Permanent},
 		{"payload too large", wrap(&APIError{Status: 413}), Permanent},
@@ -54,9 +58,11 @@ func TestClassify(t *testing.T) {
 		{"gateway timeout", wrap(&APIError{Status: 504}), Transient},
 		{"other 5xx", wrap(&APIError{Status: 599}), Transient},
 		{"unfollowed redirect", wrap(&APIError{Status: 307}), Transient},
-		{"in-stream 400", wrap(&APIError{Code: "400"}), Permanent},
+		{"in-stream 400", wrap(&APIError{Type: "BadRequestError", Code: "400"}), Transient},
+		{"in-stream 401", wrap(&APIError{Code: "401"}), Transient},
 		{"in-stream 500", wrap(&APIError{Code: "500"}), Transient},
 		{"in-stream symbolic code", wrap(&APIError{Code: "context_length_exceeded"}), Transient},
+		{"error object in a 200 response", wrap(&APIError{Status: 200, Code: "400"}), Transient},
 		{"invalid request", wrap(errInvalidRequest), Permanent},
 		{"stream ended early", wrap(errStreamEnded), Transient},
 		{"malformed", wrap(errMalformed), Transient},

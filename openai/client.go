@@ -20,37 +20,71 @@ const maxResponseBody = 64 << 20
 // concurrent use; one Client should serve all of a process's requests so
 // connections are reused.
 type Client struct {
-	ep      endpoints
-	apiKey  string
-	http    *http.Client
-	timeout time.Duration
+	ep     endpoints
+	keys   *keyring
+	http   *http.Client
+	limits timeLimits
+}
+
+// timeLimits are a Client's bounds on one chat completion, defaults
+// applied.
+type timeLimits struct {
+	firstToken time.Duration // Config.FirstTokenTimeout
+	idle       time.Duration // Config.IdleTimeout
+	total      time.Duration // Config.RequestTimeout; 0 for no cap
 }
 
 // New returns a Client for cfg, with defaults applied to zero fields. It
-// fails if BaseURL is not an absolute http or https URL or
-// RequestTimeout is negative.
+// fails if BaseURL is not an absolute http or https URL, a timeout is
+// negative, both APIKey and APIKeyFile are set, or the key file cannot be
+// read or is empty.
 func New(cfg Config) (*Client, error) {
 	ep, err := parseBaseURL(cfg.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("openai: %w", err)
 	}
-	if cfg.RequestTimeout < 0 {
-		return nil, fmt.Errorf("openai: negative request timeout %v", cfg.RequestTimeout)
+	limits, err := cfg.timeLimits()
+	if err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
 	}
-	c := &Client{ep: ep, apiKey: cfg.APIKey, http: cfg.HTTPClient, timeout: cfg.RequestTimeout}
+	keys, err := newKeyring(cfg.APIKey, cfg.APIKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("openai: %w", err)
+	}
+	c := &Client{ep: ep, keys: keys, http: cfg.HTTPClient, limits: limits}
 	if c.http == nil {
 		c.http = newHTTPClient()
-	}
-	if c.timeout == 0 {
-		c.timeout = DefaultRequestTimeout
 	}
 	return c, nil
 }
 
-// String names the server the client talks to; it never shows the key.
+// String names the server the client talks to, where its key comes
+// from and its time limits; it never shows the key.
 func (c *Client) String() string {
-	return fmt.Sprintf("openai.Client{BaseURL: %q, APIKey: %s, RequestTimeout: %v}",
-		c.ep.root, redactedKey(c.apiKey), c.timeout)
+	return fmt.Sprintf("openai.Client{BaseURL: %q, APIKey: %s, APIKeyFile: %q, %s}",
+		c.ep.root, redactedKey(c.keys.current()), c.keys.file, c.limits)
+}
+
+// GoString is String, so that %#v does not print the API key either.
+func (c *Client) GoString() string { return c.String() }
+
+// ReloadAPIKey reads Config.APIKeyFile again, so that a rotated key takes
+// effect without a restart: requests started after it returns send the
+// new key, while requests in flight keep the one they were sent with. It
+// is safe to call at any time, from any goroutine. changed reports
+// whether the key differs from the one in use. A client without a key
+// file does nothing and returns false, nil. On error (the file is
+// missing, unreadable or empty, perhaps caught while being rewritten) the
+// client keeps its current key; call again once the file is fixed. To
+// rotate, write the new key to a new file and rename it over the old one,
+// so that a reload never sees the file half written. Every key the client
+// has held stays scrubbed from its errors.
+func (c *Client) ReloadAPIKey() (changed bool, err error) {
+	changed, err = c.keys.load()
+	if err != nil {
+		return false, fmt.Errorf("openai: reload: %w", err)
+	}
+	return changed, nil
 }
 
 // Health checks GET /health, which vLLM answers with 200 while its
@@ -58,14 +92,14 @@ func (c *Client) String() string {
 // a deadline on ctx the check gives up after 10 seconds.
 func (c *Client) Health(ctx context.Context) error {
 	k := c.probe(ctx, "health check of "+c.ep.health)
-	defer k.end()
+	defer k.finish()
 	resp, err := k.send(http.MethodGet, c.ep.health, nil)
 	if err != nil {
 		return err
 	}
 	defer k.release(resp.Body, true)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	return nil
 }
@@ -82,14 +116,14 @@ type Model struct {
 // ctx the call gives up after 10 seconds.
 func (c *Client) Models(ctx context.Context) ([]Model, error) {
 	k := c.probe(ctx, "list models from "+c.ep.models)
-	defer k.end()
+	defer k.finish()
 	resp, err := k.send(http.MethodGet, c.ep.models, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer k.release(resp.Body, true)
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	body, err := readBounded(resp.Body, maxResponseBody)
 	if err != nil {
@@ -105,34 +139,57 @@ func (c *Client) Models(ctx context.Context) ([]Model, error) {
 }
 
 // call is one request in flight: the caller's context, the context the
-// request runs under (the caller's plus the client's timeout) and a
+// request runs under (the caller's plus the client's time limits) and a
 // description for errors.
 type call struct {
 	c         *Client
 	callerCtx context.Context
 	ctx       context.Context
-	end       context.CancelFunc
-	limit     time.Duration // the client's timeout; 0 if none applies
-	where     string        // e.g. "chat completion to <url>"
+	end       context.CancelFunc // ends ctx; safe from any goroutine
+	dog       *watchdog          // first-token and idle timeouts; nil for probes
+	where     string             // e.g. "chat completion to <url>"
 }
 
-// start begins a call bounded by limit on top of ctx.
-func (c *Client) start(ctx context.Context, where string, limit time.Duration) *call {
-	reqCtx, cancel := context.WithTimeoutCause(ctx, limit, errRequestTimeout)
-	return &call{c: c, callerCtx: ctx, ctx: reqCtx, end: cancel, limit: limit, where: where}
+// startChat begins a chat completion under the client's time limits on
+// top of ctx: the optional total cap as a deadline, the first-token and
+// idle timeouts through a watchdog. finish must be called when it ends.
+func (c *Client) startChat(ctx context.Context) *call {
+	parent, endCap := ctx, context.CancelFunc(func() {})
+	if c.limits.total > 0 {
+		parent, endCap = context.WithTimeoutCause(ctx, c.limits.total, totalExpired(c.limits.total))
+	}
+	reqCtx, cancel := context.WithCancelCause(parent)
+	return &call{
+		c: c, callerCtx: ctx, ctx: reqCtx,
+		end:   func() { cancel(nil); endCap() },
+		dog:   newWatchdog(cancel, c.limits.firstToken, c.limits.idle),
+		where: "chat completion to " + c.ep.chat,
+	}
 }
 
 // probe begins a short call: Health and Models use the caller's deadline
 // if there is one and probeTimeout otherwise.
 func (c *Client) probe(ctx context.Context, where string) *call {
+	k := &call{c: c, callerCtx: ctx, where: where}
 	if _, ok := ctx.Deadline(); ok {
-		reqCtx, cancel := context.WithCancel(ctx)
-		return &call{c: c, callerCtx: ctx, ctx: reqCtx, end: cancel, where: where}
+		k.ctx, k.end = context.WithCancel(ctx)
+	} else {
+		k.ctx, k.end = context.WithTimeoutCause(ctx, probeTimeout, probeExpired(probeTimeout))
 	}
-	return c.start(ctx, where, probeTimeout)
+	return k
+}
+
+// finish ends the call and its timers. It runs on the goroutine that
+// made the call, after the response body is released.
+func (k *call) finish() {
+	if k.dog != nil {
+		k.dog.stop()
+	}
+	k.end()
 }
 
 // send sends the request. Transport failures come back described by fail.
+// The response body is read under the call's watchdog, if it has one.
 func (k *call) send(method, target string, body []byte) (*http.Response, error) {
 	req, err := k.c.newRequest(k.ctx, method, target, body)
 	if err != nil {
@@ -142,14 +199,17 @@ func (k *call) send(method, target string, body []byte) (*http.Response, error) 
 	if err != nil {
 		return nil, k.fail("", err)
 	}
+	if k.dog != nil {
+		resp.Body = &watchedBody{ReadCloser: resp.Body, dog: k.dog}
+	}
 	return resp, nil
 }
 
 // fail describes an error that ended the call, saying which context
 // ended it if one did: the caller's (wraps the context error, so
-// Classify says Canceled) or the client's own timeout (wraps
-// errRequestTimeout: Transient). detail, if any, says what was being
-// done.
+// Classify says Canceled) or one of the client's own time limits (wraps
+// a timeLimitError naming it: Transient). detail, if any, says what was
+// being done.
 func (k *call) fail(detail string, err error) error {
 	where := k.where
 	if detail != "" {
@@ -165,8 +225,9 @@ func (k *call) fail(detail string, err error) error {
 		}
 		return fmt.Errorf("%s: %w", where, ctxErr)
 	}
-	if k.ctx.Err() != nil && errors.Is(context.Cause(k.ctx), errRequestTimeout) {
-		return fmt.Errorf("%s: %w (limit %v)", where, errRequestTimeout, k.limit)
+	var limit *timeLimitError
+	if k.ctx.Err() != nil && errors.As(context.Cause(k.ctx), &limit) {
+		return fmt.Errorf("%s: %w", where, limit)
 	}
 	return fmt.Errorf("%s: %w", where, err)
 }
@@ -185,8 +246,8 @@ func (c *Client) newRequest(ctx context.Context, method, target string, body []b
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", "aerie")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	if key := c.keys.current(); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	return req, nil
 }

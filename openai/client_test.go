@@ -56,8 +56,14 @@ func TestNewBaseURL(t *testing.T) {
 			t.Errorf("error shows the credentials: %q", err)
 		}
 	}
-	if _, err := New(Config{BaseURL: "http://h", RequestTimeout: -time.Second}); err == nil {
-		t.Error("negative RequestTimeout accepted")
+	for name, cfg := range map[string]Config{
+		"FirstTokenTimeout": {BaseURL: "http://h", FirstTokenTimeout: -time.Second},
+		"IdleTimeout":       {BaseURL: "http://h", IdleTimeout: -time.Second},
+		"RequestTimeout":    {BaseURL: "http://h", RequestTimeout: -time.Second},
+	} {
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "negative "+name) {
+			t.Errorf("negative %s: error %v", name, err)
+		}
 	}
 }
 
@@ -66,8 +72,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.timeout != 30*time.Minute {
-		t.Errorf("default request timeout %v", c.timeout)
+	if want := (timeLimits{firstToken: 30 * time.Minute, idle: 5 * time.Minute}); c.limits != want {
+		t.Errorf("default time limits %v, want %v", c.limits, want)
 	}
 	if c.http.Timeout != 0 {
 		t.Errorf("default client has an overall Timeout %v", c.http.Timeout)
@@ -80,12 +86,16 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("default transport %+v", tr)
 	}
 	custom := &http.Client{}
-	c, err = New(Config{BaseURL: "http://h:8000", HTTPClient: custom, RequestTimeout: time.Minute})
+	c, err = New(Config{BaseURL: "http://h:8000", HTTPClient: custom,
+		FirstTokenTimeout: time.Hour, IdleTimeout: time.Second, RequestTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.http != custom || c.timeout != time.Minute {
-		t.Error("explicit settings were replaced")
+	if want := (timeLimits{firstToken: time.Hour, idle: time.Second, total: time.Minute}); c.http != custom || c.limits != want {
+		t.Errorf("explicit settings were replaced: %v", c)
+	}
+	if want := "FirstTokenTimeout: 1h0m0s, IdleTimeout: 1s, RequestTimeout: 1m0s"; !strings.Contains(c.String(), want) {
+		t.Errorf("String() = %q, want it to show %q", c.String(), want)
 	}
 }
 
@@ -97,7 +107,7 @@ func TestStringsHideKey(t *testing.T) {
 	}
 	for _, s := range []string{
 		cfg.String(), fmt.Sprint(cfg), fmt.Sprintf("%+v", cfg), fmt.Sprintf("%#v", cfg), fmt.Sprintf("%v", &cfg),
-		c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c),
+		c.String(), fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
 	} {
 		if strings.Contains(s, testKey) || !strings.Contains(s, "[redacted]") {
 			t.Errorf("String output %q", s)

@@ -11,10 +11,16 @@ import (
 
 // Defaults applied when the caller does not choose.
 const (
-	// DefaultRequestTimeout bounds one chat completion from sending the
-	// request to the end of the stream. Long reasoning answers take many
-	// minutes, and a request may first wait in the server's queue.
-	DefaultRequestTimeout = 30 * time.Minute
+	// DefaultFirstTokenTimeout bounds the wait for the first token of a
+	// chat completion. vLLM sends nothing, not even response headers,
+	// while a request waits in its queue behind a full batch, so a queued
+	// request looks like a slow connection: the bound is generous.
+	DefaultFirstTokenTimeout = 30 * time.Minute
+
+	// DefaultIdleTimeout bounds the silence after the first token. A
+	// server that is generating sends a token every fraction of a second;
+	// minutes without a byte mean it is stuck.
+	DefaultIdleTimeout = 5 * time.Minute
 
 	// probeTimeout bounds Health and Models when the caller's context has
 	// no deadline: both answer at once on a live server.
@@ -31,22 +37,50 @@ type Config struct {
 	BaseURL string
 
 	// APIKey, when set, is sent as "Authorization: Bearer <key>". It never
-	// appears in errors, logs or String output.
+	// appears in errors, logs or String output. Empty means no key, unless
+	// APIKeyFile is set. A key holding a line break or another control
+	// character cannot be sent in a header and is refused by New.
 	APIKey string
+
+	// APIKeyFile, when set, names a file holding the API key (surrounding
+	// whitespace is ignored), read by New and again by
+	// Client.ReloadAPIKey, so that a rotated key is picked up without a
+	// restart. APIKey must then be empty. A missing, unreadable or empty
+	// file, or one holding more than a key on one line, is an error.
+	APIKeyFile string
 
 	// HTTPClient sends every request. Nil means a client made for many
 	// concurrent long streams to one host: up to 512 idle connections
 	// kept for reuse, 10 s limits on dialing and TLS handshakes, and no
 	// limit on waiting for response headers (vLLM sends them with the
 	// first token, after any time queued). A supplied client should have
-	// no overall Timeout: RequestTimeout bounds each request instead, and
-	// a client Timeout would cut long answers short.
+	// no overall Timeout: the time limits below bound each request
+	// instead, and a client Timeout would cut long answers short.
 	HTTPClient *http.Client
 
-	// RequestTimeout bounds one chat completion, including time spent
-	// queued on the server before the first token. Zero means 30
-	// minutes, enough for long reasoning answers. Expiry is reported as a
-	// Transient error: the server was too slow, the prompt may be fine.
+	// FirstTokenTimeout bounds the wait from sending a chat completion
+	// request to its first token: the first data event of a stream
+	// (keep-alive comments before it do not count), or the response
+	// headers of a response that is not a stream. Chat's whole answer
+	// comes with its headers, so for Chat it bounds the generation. Zero
+	// means DefaultFirstTokenTimeout (30 minutes). Expiry is a Transient
+	// error: the server was too slow, the prompt may be fine.
+	FirstTokenTimeout time.Duration
+
+	// IdleTimeout bounds the silence after the first token: the request
+	// fails when no byte at all (keep-alive comments included) arrives
+	// from the server for this long, while a long answer that keeps
+	// arriving runs as long as it takes. For a response that is not a
+	// stream it bounds the gaps while reading the body. Zero means
+	// DefaultIdleTimeout (5 minutes). Expiry is a Transient error.
+	IdleTimeout time.Duration
+
+	// RequestTimeout, when positive, caps one chat completion from
+	// sending the request to the end of the answer, however steadily the
+	// answer arrives. Zero (the default) means no cap: a 100K-token
+	// reasoning answer at 20 tokens/s takes well over an hour, and
+	// FirstTokenTimeout and IdleTimeout already end a request that makes
+	// no progress. Expiry is a Transient error.
 	RequestTimeout time.Duration
 }
 
@@ -57,12 +91,41 @@ func (c Config) String() string {
 	if c.HTTPClient != nil {
 		client = "custom"
 	}
-	return fmt.Sprintf("openai.Config{BaseURL: %q, APIKey: %s, HTTPClient: %s, RequestTimeout: %v}",
-		withoutUserinfo(c.BaseURL), redactedKey(c.APIKey), client, c.RequestTimeout)
+	return fmt.Sprintf("openai.Config{BaseURL: %q, APIKey: %s, APIKeyFile: %q, HTTPClient: %s, FirstTokenTimeout: %v, IdleTimeout: %v, RequestTimeout: %v}",
+		withoutUserinfo(c.BaseURL), redactedKey(c.APIKey), c.APIKeyFile, client, c.FirstTokenTimeout, c.IdleTimeout, c.RequestTimeout)
 }
 
 // GoString is String, so that %#v does not print the API key either.
 func (c Config) GoString() string { return c.String() }
+
+// timeLimits checks the time limits and applies their defaults.
+func (c Config) timeLimits() (timeLimits, error) {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"FirstTokenTimeout", c.FirstTokenTimeout}, {"IdleTimeout", c.IdleTimeout}, {"RequestTimeout", c.RequestTimeout}} {
+		if f.d < 0 {
+			return timeLimits{}, fmt.Errorf("negative %s %v (zero means the default)", f.name, f.d)
+		}
+	}
+	l := timeLimits{firstToken: c.FirstTokenTimeout, idle: c.IdleTimeout, total: c.RequestTimeout}
+	if l.firstToken == 0 {
+		l.firstToken = DefaultFirstTokenTimeout
+	}
+	if l.idle == 0 {
+		l.idle = DefaultIdleTimeout
+	}
+	return l, nil
+}
+
+// String shows the limits in effect, as Config field names.
+func (l timeLimits) String() string {
+	total := "none"
+	if l.total > 0 {
+		total = l.total.String()
+	}
+	return fmt.Sprintf("FirstTokenTimeout: %v, IdleTimeout: %v, RequestTimeout: %s", l.firstToken, l.idle, total)
+}
 
 func redactedKey(key string) string {
 	if key == "" {
@@ -153,9 +216,10 @@ func withoutUserinfo(raw string) string {
 // of closing it; there is no overall client Timeout and no
 // ResponseHeaderTimeout, because vLLM sends response headers together
 // with the first token, so a request queued behind a full batch looks
-// like a server that has not answered yet (RequestTimeout bounds that
-// wait instead). Dialing and TLS handshakes are bounded at 10 s, since
-// a server that cannot accept a connection in that time is down.
+// like a server that has not answered yet (Config.FirstTokenTimeout
+// bounds that wait instead). Dialing and TLS handshakes are bounded at
+// 10 s, since a server that cannot accept a connection in that time is
+// down.
 // Compression is not requested, so no proxy buffers the event stream to
 // compress it. HTTP/2 stays off: one connection per stream avoids
 // head-of-line blocking and per-connection stream limits.

@@ -9,6 +9,18 @@
 // deployment is misconfigured; no prompt will succeed) or Canceled (the
 // caller gave up).
 //
+// An error the server sends after it has accepted the request (vLLM's
+// error event when generation fails mid-stream, which carries the code
+// 400 whatever went wrong) is the server's failure, not the prompt's: it
+// is Transient, and APIError.InStream tells it apart.
+//
+// A request is bounded by how long the server stays silent, not by how
+// long the answer takes: Config.FirstTokenTimeout (30 minutes) until the
+// first token, which may wait in the server's queue, then
+// Config.IdleTimeout (5 minutes) between any two bytes. A long reasoning
+// answer that keeps arriving runs for as long as it takes, unless
+// Config.RequestTimeout sets a cap.
+//
 // A finish reason of "length" is returned as a successful Completion: the
 // answer was truncated, and deciding whether that is usable is the
 // caller's business.

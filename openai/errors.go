@@ -13,14 +13,11 @@ import (
 	"unicode/utf8"
 )
 
-// Sentinel errors wrapped by the errors this package returns. They are
+// Sentinel errors wrapped by the errors this package returns (with
+// timeLimitError, for the client's own time limits). They are
 // unexported: callers decide what to do with Classify, and read the
 // details in the message.
 var (
-	// errRequestTimeout: Config.RequestTimeout expired. Deliberately not
-	// context.DeadlineExceeded, which Classify reserves for the caller's
-	// own context.
-	errRequestTimeout = errors.New("request timeout exceeded")
 	// errStreamEnded: the stream stopped before it was complete.
 	errStreamEnded = errors.New("stream ended early")
 	// errMalformed: the server sent something that is not the API's shape.
@@ -43,10 +40,14 @@ const (
 )
 
 // APIError is a failure reported by the server: a non-2xx response, or an
-// error object sent inside a successful stream (then Status is 0 and Code
-// usually holds the status the server meant).
+// error object the server sent after accepting the request (see
+// InStream).
 type APIError struct {
-	Status  int    // HTTP status; 0 for an error sent inside a stream
+	// Status is the HTTP status of the response that carried the error:
+	// 0 for an error event inside a stream, and a 2xx status for an
+	// error object that a server sent as the body of a successful
+	// non-streaming response.
+	Status  int
 	Type    string // e.g. "BadRequestError"
 	Message string // the server's explanation
 	Code    string // numeric or symbolic code, as text ("400", "context_length_exceeded")
@@ -58,7 +59,21 @@ type APIError struct {
 	RetryAfter time.Duration
 }
 
-// Error describes the failure as "status 400 BadRequestError: message".
+// InStream reports whether the server sent the error after it had
+// accepted the request with a 2xx status: as an event inside a stream
+// (Status 0), or as the body of a successful non-streaming response. Such
+// an error is the server failing while generating (vLLM sends one when
+// its engine dies or raises mid-answer), not a judgement of the prompt:
+// vLLM gives it the code 400 by default, whatever went wrong. Classify
+// calls every such error Transient, and callers may count it as a server
+// fault. An error status before streaming (for example 400 for a prompt
+// longer than the context) is not InStream.
+func (e *APIError) InStream() bool {
+	return e.Status == 0 || e.Status/100 == 2
+}
+
+// Error describes the failure as "status 400 BadRequestError: message",
+// or "error in stream BadRequestError: message" for an error event.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	if e.Status == 0 {
@@ -127,29 +142,29 @@ func (env *errorEnvelope) errorFrom() *errorObject {
 	return nil
 }
 
-// apiErrorFrom converts a decoded error object, removing the API key
-// from the message in case a server echoed it.
-func apiErrorFrom(status int, obj *errorObject, apiKey string) *APIError {
+// apiErrorFrom converts a decoded error object, removing the client's
+// API keys (secrets) from the message in case a server echoed one.
+func apiErrorFrom(status int, obj *errorObject, secrets []string) *APIError {
 	return &APIError{
 		Status:  status,
 		Type:    obj.Type,
-		Message: string(redact([]byte(obj.Message), apiKey)),
+		Message: string(redact([]byte(obj.Message), secrets)),
 		Code:    rawText(obj.Code),
 		Param:   rawText(obj.Param),
 	}
 }
 
 // readAPIError builds an APIError from a non-2xx response. It reads at
-// most maxErrorRead bytes of the body; the key, if a server echoed it,
-// is removed from everything kept.
-func readAPIError(resp *http.Response, apiKey string) *APIError {
+// most maxErrorRead bytes of the body; the client's API keys (secrets),
+// if a server echoed one, are removed from everything kept.
+func readAPIError(resp *http.Response, secrets []string) *APIError {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorRead))
-	body = redact(body, apiKey)
+	body = redact(body, secrets)
 	e := &APIError{Status: resp.StatusCode}
 	var env errorEnvelope
 	if json.Unmarshal(body, &env) == nil {
 		if obj := env.errorFrom(); obj != nil {
-			e = apiErrorFrom(resp.StatusCode, obj, apiKey)
+			e = apiErrorFrom(resp.StatusCode, obj, secrets)
 		}
 	}
 	e.Body = truncate(string(body), maxErrorBody)
@@ -205,10 +220,13 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// redact removes every occurrence of key from b.
-func redact(b []byte, key string) []byte {
-	if key == "" || !bytes.Contains(b, []byte(key)) {
-		return b
+// redact removes every occurrence of each of keys from b. b itself is
+// not modified.
+func redact(b []byte, keys []string) []byte {
+	for _, key := range keys {
+		if key != "" && bytes.Contains(b, []byte(key)) {
+			b = bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+		}
 	}
-	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+	return b
 }

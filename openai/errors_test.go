@@ -39,6 +39,9 @@ func TestStatusClasses(t *testing.T) {
 				if !errors.As(err, &apiErr) || apiErr.Status != tt.status {
 					t.Fatalf("%s: error %#v is not an *APIError with status %d", name, err, tt.status)
 				}
+				if apiErr.InStream() {
+					t.Errorf("%s: an error status before streaming counts as InStream", name)
+				}
 			}
 		})
 	}

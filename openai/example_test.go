@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 
 	"github.com/aerie-dev/aerie/openai"
 )
@@ -55,4 +57,44 @@ func ExampleClient_ChatStream() {
 	}
 	// Output:
 	// reasoning "2 and 2 make 4.", content "4", finish stop, 7 tokens (7 seen streaming)
+}
+
+// A client that reads its key from a file picks up a rotated key without
+// a restart: a worker paused on Auth errors reloads the file until the
+// key changes, then resumes.
+func ExampleClient_ReloadAPIKey() {
+	dir, err := os.MkdirTemp("", "aerie-key")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	keyFile := filepath.Join(dir, "api-key")
+	if err := os.WriteFile(keyFile, []byte("sk-old\n"), 0o600); err != nil {
+		fmt.Println(err)
+		return
+	}
+	client, err := openai.New(openai.Config{BaseURL: "http://127.0.0.1:8000", APIKeyFile: keyFile})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// The operator rotates the key: a new file renamed over the old one,
+	// so that no reload sees it half written.
+	if err := os.WriteFile(keyFile+".new", []byte("sk-new\n"), 0o600); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := os.Rename(keyFile+".new", keyFile); err != nil {
+		fmt.Println(err)
+		return
+	}
+	changed, err := client.ReloadAPIKey()
+	fmt.Println("changed:", changed, "error:", err)
+	changed, err = client.ReloadAPIKey()
+	fmt.Println("changed:", changed, "error:", err)
+	// Output:
+	// changed: true error: <nil>
+	// changed: false error: <nil>
 }

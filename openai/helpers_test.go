@@ -49,6 +49,9 @@ type chunk struct {
 	finish string // finish_reason, if any
 	usage  *Usage // usage object, if any
 	final  bool   // the final usage chunk: choices is empty
+	// fingerprint is the chunk's system_fingerprint: "" leaves the field
+	// out (as vLLM does), "null" sends null.
+	fingerprint string
 }
 
 func (c chunk) String() string {
@@ -71,6 +74,13 @@ func (c chunk) String() string {
 			finish = c.finish
 		}
 		m["choices"] = []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}
+	}
+	switch c.fingerprint {
+	case "":
+	case "null":
+		m["system_fingerprint"] = nil
+	default:
+		m["system_fingerprint"] = c.fingerprint
 	}
 	if c.usage != nil {
 		m["usage"] = c.usage

@@ -17,16 +17,22 @@ import (
 //
 // It asks for usage in every chunk (continuous usage stats) and in a final
 // chunk, calls progress (which may be nil) as tokens arrive, and measures
-// TTFT and latency. The request is bounded by Config.RequestTimeout as
-// well as ctx; expiry of the former is Transient, of the latter Canceled.
+// TTFT and latency. The request is bounded by the client's time limits
+// (Config.FirstTokenTimeout until the first data event,
+// Config.IdleTimeout between bytes after it, Config.RequestTimeout
+// overall if set) as well as ctx; expiry of a limit is Transient, the end
+// of ctx Canceled.
 //
 // A stream that stops before [DONE], or without a finish reason, is an
-// error (Transient), as is a chunk that is not valid JSON; an error object
-// sent inside the stream is returned as an *APIError with Status 0. On
-// error the Completion is nil: a partial answer is not training data.
+// error (Transient), as is a chunk that is not valid JSON. An error object
+// sent inside the stream is returned as an *APIError with Status 0 whose
+// InStream is true; it is Transient whatever its code, because vLLM sends
+// one (code 400 by default) whenever generation fails after the stream
+// has started. On error the Completion is nil: a partial answer is not
+// training data.
 func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
-	k := c.start(ctx, "chat completion to "+c.ep.chat, c.timeout)
-	defer k.end()
+	k := c.startChat(ctx)
+	defer k.finish()
 	body, err := req.encode(true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
@@ -37,11 +43,14 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 		return nil, err
 	}
 	if resp.StatusCode/100 != 2 {
+		k.dog.admit(afterHeaders)
 		defer k.release(resp.Body, true)
-		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.apiKey))
+		return nil, fmt.Errorf("%s: %w", k.where, readAPIError(resp, c.keys.secrets()))
 	}
 	if isJSON(resp.Header.Get("Content-Type")) {
-		// The server (or a proxy) ignored "stream": the whole answer is here.
+		// The server (or a proxy) ignored "stream": the whole answer is
+		// here, and its headers were the first token.
+		k.dog.admit(afterHeaders)
 		defer k.release(resp.Body, true)
 		comp, err := k.readWhole(resp, begin, time.Since(begin))
 		if err == nil && progress != nil && comp.Usage.CompletionTokens > 0 {
@@ -51,7 +60,7 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	}
 	complete := false
 	defer func() { k.release(resp.Body, complete) }()
-	s := &streamState{begin: begin, progress: progress, apiKey: c.apiKey}
+	s := &streamState{begin: begin, progress: progress, secrets: c.keys.secrets()}
 	if err := k.readStream(resp.Body, s); err != nil {
 		return nil, err
 	}
@@ -59,11 +68,15 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	return s.completion(), nil
 }
 
-// readStream feeds every chunk of the stream to s until [DONE].
+// readStream feeds every chunk of the stream to s until [DONE]. The
+// first data event (or [DONE]) is the first token for the watchdog.
 func (k *call) readStream(body io.Reader, s *streamState) error {
 	events := newSSEReader(body)
 	for {
 		data, done, err := events.next()
+		if err == nil {
+			k.dog.admit(afterFirstToken)
+		}
 		if done {
 			break
 		}
@@ -88,10 +101,11 @@ func (k *call) readStream(body io.Reader, s *streamState) error {
 type streamState struct {
 	begin    time.Time
 	progress Progress
-	apiKey   string // removed from anything of the stream put in an error
+	secrets  []string // API keys, removed from anything of the stream put in an error
 
 	answer       answer
 	id, model    string
+	fingerprint  string
 	finishReason string
 	usage        Usage
 	chunks       int
@@ -103,9 +117,10 @@ type streamState struct {
 // streamChunk is one data chunk of a chat completion stream, or an error
 // object sent in its place.
 type streamChunk struct {
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Choices []struct {
+	ID                string `json:"id"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []struct {
 		Index        int       `json:"index"`
 		Delta        textParts `json:"delta"`
 		FinishReason *string   `json:"finish_reason"`
@@ -126,13 +141,13 @@ func (s *streamState) event(data []byte) error {
 			return nil
 		}
 		if err != nil {
-			snippet := truncate(string(redact(data, s.apiKey)), 200)
+			snippet := truncate(string(redact(data, s.secrets)), 200)
 			return fmt.Errorf("%w: chunk %d is not valid JSON (%w): %s",
 				errMalformed, s.chunks+1, err, snippet)
 		}
 		s.chunks++
 		if obj := chunk.errorFrom(); obj != nil {
-			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.apiKey))
+			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.secrets))
 		}
 		s.chunk(&chunk)
 	}
@@ -145,6 +160,9 @@ func (s *streamState) chunk(c *streamChunk) {
 	}
 	if s.model == "" {
 		s.model = c.Model
+	}
+	if s.fingerprint == "" {
+		s.fingerprint = c.SystemFingerprint
 	}
 	text := false
 	for i := range c.Choices {
@@ -182,15 +200,16 @@ func (s *streamState) chunk(c *streamChunk) {
 func (s *streamState) completion() *Completion {
 	reasoning, content := s.answer.split()
 	return &Completion{
-		ID:           s.id,
-		Model:        s.model,
-		Reasoning:    reasoning,
-		Content:      content,
-		FinishReason: s.finishReason,
-		Usage:        s.usage,
-		TTFT:         s.ttft,
-		Latency:      s.latency,
-		Chunks:       s.chunks,
+		ID:                s.id,
+		Model:             s.model,
+		Reasoning:         reasoning,
+		Content:           content,
+		FinishReason:      s.finishReason,
+		Usage:             s.usage,
+		TTFT:              s.ttft,
+		Latency:           s.latency,
+		Chunks:            s.chunks,
+		SystemFingerprint: s.fingerprint,
 	}
 }
 

@@ -22,7 +22,8 @@ func cmdWork(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
 	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
 	grace := fs.Duration("grace", worker.DefaultGrace, "on SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back")
-	timeout := fs.Duration("request-timeout", openai.DefaultRequestTimeout, "per-request timeout: long reasoning answers take many minutes")
+	timeout := fs.Duration("request-timeout", 0, fmt.Sprintf("cap on one answer from request to last token, however steadily it streams; 0 means no cap (a request still fails when no first token comes within %v, or no byte for %v after it)",
+		openai.DefaultFirstTokenTimeout, openai.DefaultIdleTimeout))
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
