@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -80,14 +81,17 @@ func makeUsage(prompt, completion int) *usage {
 	return &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 }
 
-// completion is a non-streaming response.
+// completion is a non-streaming response. SystemFingerprint is always
+// schema.SimulatedFingerprint, so that an answer of the simulator
+// cannot pass for a real model's.
 type completion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   *usage             `json:"usage"`
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             *usage             `json:"usage"`
 }
 
 type completionChoice struct {
@@ -107,14 +111,16 @@ type responseMessage struct {
 	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
-// chunk is one server-sent event of a streaming response.
+// chunk is one server-sent event of a streaming response; every chunk
+// carries SystemFingerprint, as completion does.
 type chunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   *usage        `json:"usage,omitempty"`
+	ID                string        `json:"id"`
+	Object            string        `json:"object"`
+	Created           int64         `json:"created"`
+	Model             string        `json:"model"`
+	SystemFingerprint string        `json:"system_fingerprint"`
+	Choices           []chunkChoice `json:"choices"`
+	Usage             *usage        `json:"usage,omitempty"`
 }
 
 type chunkChoice struct {
@@ -189,7 +195,8 @@ func writeError(w http.ResponseWriter, status int, param, message string) {
 	writeJSON(w, status, apiError{Error: info})
 }
 
-// writeJSON sends v with status. Encoding these fixed types cannot fail;
+// writeJSON sends v with status, compact and without a final newline,
+// as vLLM's JSON responses are. Encoding these fixed types cannot fail;
 // a write error means the client left, which the handler cannot report.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var body bytes.Buffer
@@ -201,5 +208,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(body.Bytes())
+	_, _ = w.Write(bytes.TrimSuffix(body.Bytes(), []byte("\n")))
+}
+
+// streamErrorData is the data of vLLM's in-stream error event for an
+// error of status: {"error": {"message", "type", "param", "code"}} laid
+// out as Python's json.dumps lays it out (a space after each colon and
+// comma), since vLLM's create_streaming_error_response builds it with
+// json.dumps rather than pydantic (vllm/entrypoints/openai/engine/
+// serving.py, OpenAIServing.create_streaming_error_response, called
+// from chat_completion_stream_generator in vllm/entrypoints/openai/
+// chat_completion/serving.py when generation raises after the stream
+// began). The messages given are ASCII, so Python's escaping of other
+// characters does not arise.
+func streamErrorData(status int, message string) []byte {
+	var msg bytes.Buffer
+	enc := json.NewEncoder(&msg)
+	enc.SetEscapeHTML(false)
+	// A string always encodes.
+	_ = enc.Encode(message)
+	return fmt.Appendf(nil, `{"error": {"message": %s, "type": %q, "param": null, "code": %d}}`,
+		bytes.TrimSuffix(msg.Bytes(), []byte("\n")), errorTypes[status], status)
 }

@@ -50,9 +50,19 @@ type Config struct {
 	Addr string
 
 	// Model is the only model served; requests naming another get 404
-	// as from vLLM. An empty model in a request means this one. Default
+	// as from vLLM. An empty model in a request means this one. It can
+	// be changed while the server runs through /admin/model. Default
 	// "moonshotai/Kimi-K2.5".
 	Model string
+
+	// APIKey, when set, must be sent as "Authorization: Bearer <key>"
+	// with every request to a path under /v1, as with `vllm serve
+	// --api-key`; a request without it gets 401 with vLLM's body
+	// {"error":"Unauthorized"}. /health, /metrics and /admin/ stay open.
+	// It can be changed or removed while the server runs through
+	// /admin/api-key. The server never logs it or puts it in an error.
+	// Default "": no key required.
+	APIKey string
 
 	// MaxModelLen is the context length in tokens: prompt plus
 	// completion must fit. Default 262144 (Kimi-K2.5's).
@@ -172,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.Model == "" {
 		bad("model must not be empty")
+	}
+	if err := checkAPIKey(c.APIKey); err != nil {
+		bad("%v", err)
 	}
 	if c.MaxModelLen < 2 {
 		bad("max model len must be >= 2, got %d", c.MaxModelLen)

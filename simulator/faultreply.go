@@ -18,6 +18,12 @@ var injectedMessages = map[faultKind]string{
 	fault503: "The server is overloaded. Retry later. (Fault injected by the simulator.)",
 }
 
+// engineFailedMessage is the message of an injected stream error, in
+// the stream's error event and in the 500 a non-streaming request gets:
+// the text of vLLM's EngineDeadError (vllm/v1/engine/exceptions.py),
+// the failure behind most errors that end a stream part way.
+const engineFailedMessage = "EngineCore encountered an issue. See stack trace (above) for the root cause. (Fault injected by the simulator.)"
+
 // outageMessage is the body of 503s sent during a 503 outage.
 const outageMessage = "The server is unavailable: its engine is down. (Outage injected by the simulator.)"
 

@@ -11,7 +11,8 @@ import (
 // be tested. The zero value injects nothing.
 //
 // Each request draws at most one of the answer faults (the 400, 429,
-// 500, 503, hang and disconnect rates, which must add up to at most 1),
+// 500, 503, hang, disconnect and stream error rates, which must add up
+// to at most 1),
 // and, independently, whether its first byte is slow. The draw depends
 // only on Seed, the prompt's content and how many times this server has
 // seen that prompt before, so a rerun with the same seed and the same
@@ -41,6 +42,17 @@ type Faults struct {
 	// all. Default 0.
 	DisconnectRate float64
 
+	// StreamErrorRate is the share of requests whose generation fails
+	// part way, after 10 to 90% of the answer's tokens (at least one),
+	// as when vLLM's engine dies mid-answer. A stream sends what was
+	// generated, then vLLM's in-stream error event (an error body with
+	// type BadRequestError and code 400, vLLM's default for any failure
+	// after the stream began) and [DONE]: no finish reason, no usage
+	// chunk. A non-streaming request waits as long, then gets 500 with
+	// type InternalServerError, as vLLM answers a generation that fails
+	// before its response began. Default 0.
+	StreamErrorRate float64
+
 	// SlowFirstByte delays the first byte of a SlowFirstByteRate share
 	// of requests by this much simulated time (wall time is this over
 	// Speed), before they reach the engine, so the delay adds to any
@@ -68,11 +80,14 @@ const (
 	fault503
 	faultHang
 	faultDisconnect
+	faultStreamError
 	faultSlowFirstByte
 	faultOutageRefuse   // an outage of mode refuse began
 	faultOutage503      // an outage of mode 503 began
 	faultOutageRejected // a request arrived during an outage
 	faultOutageCut      // a request in flight was cut when an outage began
+	faultUnauthorized   // a request under /v1 without the API key
+	faultModelNotFound  // a request naming a model not served
 	numFaultKinds
 )
 
@@ -85,11 +100,14 @@ var faultLabels = [numFaultKinds]string{
 	fault503:            "503",
 	faultHang:           "hang",
 	faultDisconnect:     "disconnect",
+	faultStreamError:    "stream_error",
 	faultSlowFirstByte:  "slow_first_byte",
 	faultOutageRefuse:   "outage_refuse",
 	faultOutage503:      "outage_503",
 	faultOutageRejected: "outage_rejected",
 	faultOutageCut:      "outage_cut",
+	faultUnauthorized:   "unauthorized",
+	faultModelNotFound:  "model_not_found",
 }
 
 // Seeds that make the fault draws independent of the answer length,
@@ -100,9 +118,9 @@ const (
 	cutSalt   = 0x6375747368617265
 )
 
-// Disconnects cut an answer after this share of its tokens, drawn
-// uniformly between the two: late enough that the client has seen the
-// stream start, early enough that it has not seen the end.
+// Disconnects and stream errors cut an answer after this share of its
+// tokens, drawn uniformly between the two: late enough that the client
+// has seen the stream start, early enough that it has not seen the end.
 const (
 	minCutShare = 0.1
 	maxCutShare = 0.9
@@ -110,10 +128,10 @@ const (
 
 // faultPlan is what one request gets.
 type faultPlan struct {
-	kind faultKind // faultNone, or an answer fault (400 to disconnect)
+	kind faultKind // faultNone, or an answer fault (see answerRates)
 	slow bool      // delay the first byte by SlowFirstByte
-	// cutShare is, for a disconnect, the share of the answer's tokens
-	// sent before the connection is cut.
+	// cutShare is, for a disconnect or a stream error, the share of the
+	// answer's tokens sent before the answer is cut.
 	cutShare float64
 }
 
@@ -124,11 +142,14 @@ type faultRate struct {
 }
 
 // answerRates lists the mutually exclusive answer faults with their
-// rates, in the order their intervals are laid out on [0, 1).
+// rates, in the order their intervals are laid out on [0, 1). A new
+// fault goes last, so that a seed keeps drawing the faults it drew
+// before for the others.
 func (f Faults) answerRates() []faultRate {
 	return []faultRate{
 		{fault400, f.Rate400}, {fault429, f.Rate429}, {fault500, f.Rate500},
 		{fault503, f.Rate503}, {faultHang, f.HangRate}, {faultDisconnect, f.DisconnectRate},
+		{faultStreamError, f.StreamErrorRate},
 	}
 }
 
@@ -160,15 +181,20 @@ func (f Faults) decide(h, n uint64) faultPlan {
 		}
 	}
 	p.slow = f.SlowFirstByte > 0 && unitFrom(mix64(x^slowSalt)) < f.SlowFirstByteRate
-	if p.kind == faultDisconnect {
+	if p.cutsAnswer() {
 		p.cutShare = minCutShare + (maxCutShare-minCutShare)*unitFrom(mix64(x^cutSalt))
 	}
 	return p
 }
 
-// cutAfter is how many of an answer's tokens a disconnect lets through:
-// at least one, at most all of them (the finish reason and [DONE] are
-// never sent).
+// cutsAnswer reports whether the plan cuts the answer part way.
+func (p faultPlan) cutsAnswer() bool {
+	return p.kind == faultDisconnect || p.kind == faultStreamError
+}
+
+// cutAfter is how many of an answer's tokens a disconnect or a stream
+// error lets through: at least one, at most all of them (the finish
+// reason is never sent).
 func (p faultPlan) cutAfter(tokens int) int {
 	return min(max(int(p.cutShare*float64(tokens)), 1), tokens)
 }
@@ -195,7 +221,7 @@ func (f Faults) validate() []error {
 	// A little slack so that rates written as decimals that add up to
 	// exactly 1 are not refused for rounding.
 	if sum > 1+1e-9 {
-		bad("fault rates 400, 429, 500, 503, hang and disconnect add up to %v; each request gets at most one of them, so the sum must be <= 1", sum)
+		bad("fault rates 400, 429, 500, 503, hang, disconnect and stream error add up to %v; each request gets at most one of them, so the sum must be <= 1", sum)
 	}
 	if !(f.SlowFirstByteRate >= 0 && f.SlowFirstByteRate <= 1) {
 		bad("fault slow first byte rate must be in [0, 1], got %v", f.SlowFirstByteRate)

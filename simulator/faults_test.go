@@ -35,7 +35,7 @@ func checkRate(t *testing.T, what string, count, n int, p float64) {
 // mixedFaults injects every kind at once.
 var mixedFaults = Faults{
 	Rate429: 0.04, Rate500: 0.04, Rate503: 0.04, Rate400: 0.04,
-	HangRate: 0.01, DisconnectRate: 0.04,
+	HangRate: 0.01, DisconnectRate: 0.04, StreamErrorRate: 0.04,
 	SlowFirstByte: 200 * time.Second, SlowFirstByteRate: 0.03,
 }
 
@@ -44,7 +44,7 @@ func TestFaultDecisionRates(t *testing.T) {
 	f := mixedFaults
 	counts := map[faultKind]int{}
 	slow, failedTwice, failedFirst := 0, 0, 0
-	answerFaults := f.Rate429 + f.Rate500 + f.Rate503 + f.Rate400 + f.HangRate + f.DisconnectRate
+	answerFaults := f.Rate429 + f.Rate500 + f.Rate503 + f.Rate400 + f.HangRate + f.DisconnectRate + f.StreamErrorRate
 	for i := range n {
 		h := promptHash(userMessages(fmt.Sprint("prompt ", i)), 9)
 		p := f.decide(h, 0)
@@ -52,7 +52,7 @@ func TestFaultDecisionRates(t *testing.T) {
 		if p.slow {
 			slow++
 		}
-		if p.kind == faultDisconnect && (p.cutShare < minCutShare || p.cutShare >= maxCutShare) {
+		if p.cutsAnswer() && (p.cutShare < minCutShare || p.cutShare >= maxCutShare) {
 			t.Fatalf("cut share %v outside [%v, %v)", p.cutShare, minCutShare, maxCutShare)
 		}
 		if p.kind != faultNone {
@@ -105,6 +105,8 @@ func TestValidateFaults(t *testing.T) {
 		{"rate above 1", Faults{HangRate: 1.5}, "fault hang rate must be in [0, 1], got 1.5"},
 		{"NaN", Faults{Rate500: math.NaN()}, "fault 500 rate must be in [0, 1], got NaN"},
 		{"sum above 1", Faults{Rate503: 0.6, DisconnectRate: 0.5}, "add up to 1.1"},
+		{"stream error in the sum", Faults{Rate500: 0.5, StreamErrorRate: 0.6}, "add up to 1.1"},
+		{"stream error rate", Faults{StreamErrorRate: 2}, "fault stream_error rate must be in [0, 1], got 2"},
 		{"slow rate", Faults{SlowFirstByte: time.Second, SlowFirstByteRate: 2}, "slow first byte rate must be in [0, 1]"},
 		{"slow without delay", Faults{SlowFirstByteRate: 0.1}, "needs a slow first byte duration"},
 		{"negative delay", Faults{SlowFirstByte: -time.Second}, "slow first byte must be >= 0"},
@@ -161,6 +163,9 @@ func classifyResponse(t *testing.T, url string, messages []Message, hangAfter ti
 	switch {
 	case resp.StatusCode == http.StatusOK && err == nil && strings.HasSuffix(string(raw), "data: [DONE]\n\n"):
 		o.kind = faultNone
+		if strings.Contains(string(raw), `data: {"error": `) {
+			o.kind = faultStreamError
+		}
 	case resp.StatusCode == http.StatusOK && errors.Is(err, io.ErrUnexpectedEOF) && !strings.Contains(string(raw), "[DONE]"):
 		o.kind = faultDisconnect
 	case resp.StatusCode == http.StatusBadRequest:
@@ -235,12 +240,14 @@ func TestFaultsOverHTTP(t *testing.T) {
 	want := FaultCounts{
 		Status400: int64(seen[fault400]), Status429: int64(seen[fault429]),
 		Status500: int64(seen[fault500]), Status503: int64(seen[fault503]),
-		Hang: int64(seen[faultHang]), Disconnect: int64(seen[faultDisconnect]), SlowFirstByte: int64(slow),
+		Hang: int64(seen[faultHang]), Disconnect: int64(seen[faultDisconnect]),
+		StreamError: int64(seen[faultStreamError]), SlowFirstByte: int64(slow),
 	}
 	if got != want {
 		t.Errorf("Stats().Faults:\n got %+v\nwant %+v (what the clients saw)", got, want)
 	}
-	for k, v := range map[string]int64{"503": want.Status503, "disconnect": want.Disconnect, "hang": want.Hang, "outage_cut": 0} {
+	for k, v := range map[string]int64{"503": want.Status503, "disconnect": want.Disconnect, "hang": want.Hang,
+		"stream_error": want.StreamError, "outage_cut": 0} {
 		if m := ts.scrape(t, `aerie_sim_faults_injected_total{kind="`+k+`"}`); m != float64(v) {
 			t.Errorf("aerie_sim_faults_injected_total{kind=%q} = %v, want %d", k, m, v)
 		}
@@ -277,7 +284,7 @@ func attemptOutcomes(t *testing.T, ts *testServer, prompt string, attempts int) 
 func TestFaultDeterminism(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Speed: 1000, OutputMedian: 8, Seed: 5,
-		Faults: Faults{Rate500: 0.3, Rate429: 0.2, DisconnectRate: 0.1}}
+		Faults: Faults{Rate500: 0.2, Rate429: 0.2, DisconnectRate: 0.1, StreamErrorRate: 0.1}}
 	a, b := startServer(t, cfg), startServer(t, cfg)
 	cfg.Seed = 6
 	other := startServer(t, cfg)

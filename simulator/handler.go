@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // maxBodyBytes bounds a request body: a full 262,144-token context is
@@ -32,11 +34,14 @@ type job struct {
 	maxTokens int  // completion limit after defaults
 	id        string
 	created   int64
+	model     string // the served model's name when the request came
 
 	// outage is closed once an outage is on; the request is then cut.
 	outage <-chan struct{}
-	// cutAt is, for an injected disconnect, how many tokens are sent
-	// before the connection is cut; -1 otherwise.
+	// cut is faultDisconnect or faultStreamError for an answer to be
+	// cut part way, faultNone otherwise; cutAt is then how many tokens
+	// are sent before the cut (-1 when there is none).
+	cut   faultKind
 	cutAt int
 }
 
@@ -64,8 +69,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seq := newSequence(j.prompt, s.cfg.plan(j.req.Messages, j.maxTokens))
-	if plan.kind == faultDisconnect {
-		j.cutAt = plan.cutAfter(seq.answer.tokens)
+	if plan.cutsAnswer() {
+		j.cut, j.cutAt = plan.kind, plan.cutAfter(seq.answer.tokens)
 	}
 	if err := s.eng.submit(seq); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", "The engine is not running.")
@@ -102,12 +107,10 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 		}
 		return nil, badRequest("", "Invalid JSON in request body: %v", err)
 	}
-	if req.Model != "" && req.Model != s.cfg.Model {
-		return nil, &requestError{
-			status:  http.StatusNotFound,
-			param:   "model",
-			message: fmt.Sprintf("The model `%s` does not exist.", req.Model),
-		}
+	model := s.model.get()
+	if req.Model != "" && req.Model != model {
+		s.counts.add(faultModelNotFound)
+		return nil, modelNotFound(req.Model)
 	}
 	if len(req.Messages) == 0 {
 		return nil, badRequest("messages", "messages must contain at least one message.")
@@ -122,7 +125,7 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 		return nil, badRequest("top_p", "top_p must be in (0, 1], got %v.", *p)
 	}
 
-	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix()}
+	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model}
 	j.limit = req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		j.limit = req.MaxCompletionTokens // newer name wins, as in vLLM
@@ -144,8 +147,8 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 
 // complete answers a non-streaming request once the sequence is done.
 // A client that leaves first frees its slot or queue place at once. An
-// injected disconnect closes the connection, unanswered, once the
-// answer has reached its cut.
+// injected disconnect or stream error ends the request once the answer
+// has reached its cut (see failPartWay).
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
 	var progress <-chan struct{}
 	if j.cutAt >= 0 {
@@ -157,7 +160,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 			waiting = false
 		case <-progress:
 			if int(seq.tokens.Load()) >= j.cutAt {
-				s.disconnect(seq)
+				s.failPartWay(w, j, seq)
+				return
 			}
 		case <-r.Context().Done():
 			s.eng.cancel(seq)
@@ -174,7 +178,8 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 		return
 	}
 	if j.cutAt >= 0 {
-		s.disconnect(seq)
+		s.failPartWay(w, j, seq)
+		return
 	}
 	a := seq.answer
 	inline := s.cfg.ReasoningField == ReasoningFieldThink
@@ -191,13 +196,27 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 		msg.Content = &text
 	}
 	writeJSON(w, http.StatusOK, completion{
-		ID:      j.id,
-		Object:  "chat.completion",
-		Created: j.created,
-		Model:   s.cfg.Model,
-		Choices: []completionChoice{{Message: msg, FinishReason: a.finishReason}},
-		Usage:   makeUsage(j.prompt, a.tokens),
+		ID:                j.id,
+		Object:            "chat.completion",
+		Created:           j.created,
+		Model:             j.model,
+		SystemFingerprint: schema.SimulatedFingerprint,
+		Choices:           []completionChoice{{Message: msg, FinishReason: a.finishReason}},
+		Usage:             makeUsage(j.prompt, a.tokens),
 	})
+}
+
+// failPartWay ends a non-streaming request whose answer reached its
+// injected cut: a disconnect closes the connection unanswered, a stream
+// error answers 500 as vLLM does when generation fails before the
+// response began.
+func (s *Server) failPartWay(w http.ResponseWriter, j *job, seq *sequence) {
+	if j.cut == faultDisconnect {
+		s.disconnect(seq)
+	}
+	s.eng.cancel(seq)
+	s.counts.add(faultStreamError)
+	writeError(w, http.StatusInternalServerError, "", engineFailedMessage)
 }
 
 // disconnect cuts the connection of a request with an injected

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // shortAnswers is a config whose answers take a fraction of a second of
@@ -79,6 +81,11 @@ func TestStreamingShape(t *testing.T) {
 			}
 			var reasoning, content strings.Builder
 			seenContent := false
+			for i, c := range chunks {
+				if c.SystemFingerprint != schema.SimulatedFingerprint {
+					t.Errorf("chunk %d: system_fingerprint %q, want %q", i, c.SystemFingerprint, schema.SimulatedFingerprint)
+				}
+			}
 			body := chunks[1 : len(chunks)-1]
 			for i, c := range body {
 				if c.ID != first.ID || len(c.Choices) != 1 {
@@ -128,6 +135,9 @@ func TestNonStreaming(t *testing.T) {
 			d := ts.complete(t, map[string]any{"messages": messages, "temperature": 0.6, "top_p": 0.95})
 			if d.Object != "chat.completion" || len(d.Choices) != 1 {
 				t.Fatalf("response %+v", d)
+			}
+			if d.SystemFingerprint != schema.SimulatedFingerprint {
+				t.Errorf("system_fingerprint %q, want %q", d.SystemFingerprint, schema.SimulatedFingerprint)
 			}
 			ch := d.Choices[0]
 			if ch.Finish == nil || *ch.Finish != finishStop || string(ch.Logprob) != "null" {
@@ -261,14 +271,35 @@ func TestContextLength(t *testing.T) {
 	}
 }
 
+// wantModelNotFound is vLLM's 404 body for a request naming model, byte
+// for byte: pydantic's compact JSON, no final newline.
+func wantModelNotFound(model string) string {
+	return `{"error":{"message":"The model ` + "`" + model + "`" + ` does not exist.","type":"NotFoundError","param":"model","code":404}}`
+}
+
+// rawAnswer posts body and returns the status and the whole body.
+func rawAnswer(t *testing.T, ts *testServer, body any) (int, string) {
+	t.Helper()
+	resp, err := ts.post(context.Background(), t, body)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	return resp.StatusCode, string(raw)
+}
+
 func TestWrongModel(t *testing.T) {
 	ts := startServer(t, Config{Speed: 100})
-	status, e, loose := errorBody(t, ts, map[string]any{"model": "gpt-x", "messages": userMessages("hi")})
-	if status != http.StatusNotFound || e.Message != "The model `gpt-x` does not exist." || e.Type != "NotFoundError" || e.Code != 404 {
-		t.Errorf("status %d error %+v", status, e)
+	status, body := rawAnswer(t, ts, map[string]any{"model": "gpt-x", "messages": userMessages("hi")})
+	if want := wantModelNotFound("gpt-x"); status != http.StatusNotFound || body != want {
+		t.Errorf("status %d body\n%s\nwant 404 and\n%s", status, body, want)
 	}
-	if loose["param"] != "model" {
-		t.Errorf("param %v, want model", loose["param"])
+	if n := ts.Stats().Faults.ModelNotFound; n != 1 {
+		t.Errorf("Stats().Faults.ModelNotFound = %d, want 1", n)
 	}
 }
 

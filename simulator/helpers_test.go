@@ -33,6 +33,8 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 type testServer struct {
 	*Server
 	url string
+	// key, if set, goes with every chat request as a bearer token.
+	key string
 }
 
 // startServer builds a server from cfg, serves it until the test ends
@@ -102,15 +104,19 @@ func (ts *testServer) post(ctx context.Context, t *testing.T, body any) (*http.R
 		t.Fatalf("new request: %v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if ts.key != "" {
+		req.Header.Set("Authorization", "Bearer "+ts.key)
+	}
 	return http.DefaultClient.Do(req)
 }
 
 // decoded is a response or chunk body, read loosely.
 type decoded struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Model   string `json:"model"`
-	Choices []struct {
+	ID                string `json:"id"`
+	Object            string `json:"object"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint"`
+	Choices           []struct {
 		Index   int             `json:"index"`
 		Delta   map[string]any  `json:"delta"`
 		Message map[string]any  `json:"message"`

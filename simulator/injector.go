@@ -20,11 +20,14 @@ func (c *faultCounts) snapshot() FaultCounts {
 		Status503:      c[fault503].Load(),
 		Hang:           c[faultHang].Load(),
 		Disconnect:     c[faultDisconnect].Load(),
+		StreamError:    c[faultStreamError].Load(),
 		SlowFirstByte:  c[faultSlowFirstByte].Load(),
 		OutageRefuse:   c[faultOutageRefuse].Load(),
 		Outage503:      c[faultOutage503].Load(),
 		OutageRejected: c[faultOutageRejected].Load(),
 		OutageCut:      c[faultOutageCut].Load(),
+		Unauthorized:   c[faultUnauthorized].Load(),
+		ModelNotFound:  c[faultModelNotFound].Load(),
 	}
 }
 

@@ -7,13 +7,15 @@ import (
 )
 
 // collector exposes the engine's state under vLLM's metric names, read
-// at scrape time. Every vLLM metric has vLLM's model_name label. The
+// at scrape time. Every vLLM metric has vLLM's model_name label, the
+// name served at scrape time (it changes through /admin/model). The
 // simulator's own aerie_sim_faults_injected_total{kind} counts injected
 // faults by kind (the labels of faultLabels), every kind listed from
 // the start.
 type collector struct {
 	eng    *engine
 	counts *faultCounts
+	model  func() string // the served model's name
 
 	running, waiting, kvUsage  *prometheus.Desc
 	preemptions, genTokens     *prometheus.Desc
@@ -21,14 +23,14 @@ type collector struct {
 	faultsInjected             *prometheus.Desc
 }
 
-func newCollector(eng *engine, counts *faultCounts, cfg Config) *collector {
-	labels := prometheus.Labels{"model_name": cfg.Model}
+func newCollector(eng *engine, counts *faultCounts, model func() string) *collector {
 	desc := func(name, help string, variable ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, variable, labels)
+		return prometheus.NewDesc(name, help, append([]string{"model_name"}, variable...), nil)
 	}
 	return &collector{
 		eng:          eng,
 		counts:       counts,
+		model:        model,
 		running:      desc("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting:      desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
@@ -49,11 +51,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st, byReason := c.eng.snapshot()
+	model := c.model()
 	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, model)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{model}, labels...)...)
 	}
 	gauge(c.running, float64(st.Running))
 	gauge(c.waiting, float64(st.Waiting))
@@ -70,6 +73,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.successTotal, float64(byReason[r]), r)
 	}
 	for k := faultNone + 1; k < numFaultKinds; k++ {
-		counter(c.faultsInjected, float64(c.counts[k].Load()), faultLabels[k])
+		ch <- prometheus.MustNewConstMetric(c.faultsInjected, prometheus.CounterValue, float64(c.counts[k].Load()), faultLabels[k])
 	}
 }

@@ -311,10 +311,14 @@ func TestRefuseOutageWithHandler(t *testing.T) {
 		<-runDone
 	}()
 	eventually(t, 5*time.Second, "engine running", healthIs(hs.URL, http.StatusOK))
-	adminCall(t, http.MethodPost, hs.URL+"/admin/outage?mode=refuse&duration=30s", http.StatusOK)
+	// Long enough (100 s of wall time) that the probe below always
+	// falls inside it; with Handler alone /admin/ stays reachable, so
+	// DELETE ends it.
+	adminCall(t, http.MethodPost, hs.URL+"/admin/outage?mode=refuse&duration=10000s", http.StatusOK)
 	if _, err := healthOf(hs.URL); err == nil || !errors.Is(err, io.EOF) {
 		t.Errorf("health during the outage: %v, want the connection closed unanswered", err)
 	}
+	adminCall(t, http.MethodDelete, hs.URL+"/admin/outage", http.StatusOK)
 	eventually(t, 5*time.Second, "served again", healthIs(hs.URL, http.StatusOK))
 }
 

@@ -23,6 +23,8 @@ type Server struct {
 	counts   *faultCounts
 	injector *injector
 	outages  *outageSwitch
+	model    *servedModel
+	apiKey   apiKey
 
 	ran      atomic.Bool
 	stopping chan struct{} // closed when the server stops: hung requests end
@@ -43,10 +45,12 @@ func New(cfg Config) (*Server, error) {
 		counts:   counts,
 		injector: newInjector(cfg),
 		outages:  newOutageSwitch(cfg.Speed, counts),
+		model:    newServedModel(cfg.Model),
 		stopping: make(chan struct{}),
 	}
+	s.apiKey.set(cfg.APIKey)
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(newCollector(s.eng, counts, cfg)); err != nil {
+	if err := reg.Register(newCollector(s.eng, counts, s.model.get)); err != nil {
 		return nil, fmt.Errorf("simulator: registering metrics: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -57,12 +61,22 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /admin/outage", s.handleOutageStart)
 	mux.HandleFunc("DELETE /admin/outage", s.handleOutageEnd)
 	mux.HandleFunc("GET /admin/faults", s.handleFaults)
-	s.handler = s.outageGate(mux)
+	mux.HandleFunc("POST /admin/api-key", s.handleAPIKey)
+	mux.HandleFunc("POST /admin/model", s.handleModelRename)
+	// The key is checked before anything else, as vLLM's middleware
+	// does, so a request without it gets 401 even during a 503 outage.
+	s.handler = s.authGate(s.outageGate(mux))
 	return s, nil
 }
 
-// Config returns the configuration in use, defaults applied.
-func (s *Server) Config() Config { return s.cfg }
+// Config returns the configuration in use, defaults applied, with the
+// model name and API key as last set through /admin/.
+func (s *Server) Config() Config {
+	c := s.cfg
+	c.Model = s.model.get()
+	c.APIKey = s.apiKey.get()
+	return c
+}
 
 // Handler serves the OpenAI-compatible API, /health, /metrics and the
 // fault injection endpoints under /admin/.
@@ -126,14 +140,15 @@ func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	name := s.model.get()
 	writeJSON(w, http.StatusOK, modelList{
 		Object: "list",
 		Data: []modelCard{{
-			ID:          s.cfg.Model,
+			ID:          name,
 			Object:      "model",
 			Created:     s.created,
 			OwnedBy:     "vllm",
-			Root:        s.cfg.Model,
+			Root:        name,
 			MaxModelLen: s.cfg.MaxModelLen,
 		}},
 	})

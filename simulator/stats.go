@@ -63,6 +63,10 @@ type FaultCounts struct {
 	// Disconnect counts answers cut part way (counted when cut, so a
 	// client that left first is not counted).
 	Disconnect int64
+	// StreamError counts answers ended by an engine error part way
+	// (counted when the error is sent, so not for a client that left
+	// first).
+	StreamError int64
 	// SlowFirstByte counts requests whose first byte was delayed.
 	SlowFirstByte int64
 	// OutageRefuse and Outage503 count outages begun, by mode.
@@ -74,4 +78,10 @@ type FaultCounts struct {
 	OutageRejected int64
 	// OutageCut counts requests in flight when an outage began.
 	OutageCut int64
+	// Unauthorized counts requests under /v1 refused with 401 for a
+	// missing or wrong API key (see Config.APIKey and /admin/api-key).
+	Unauthorized int64
+	// ModelNotFound counts chat requests refused with 404 for naming a
+	// model other than the one served (see /admin/model).
+	ModelNotFound int64
 }

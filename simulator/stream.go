@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // streamer writes one streaming response as server-sent events. Tokens
@@ -28,7 +30,8 @@ type streamer struct {
 // stream serves a streaming request. As with vLLM the response (headers
 // included) starts only when the first token exists, so a queued request
 // looks like a slow connection. An outage or an injected disconnect ends
-// the stream without a finish reason or [DONE].
+// the stream without a finish reason or [DONE]; an injected stream error
+// ends it with vLLM's error event and [DONE].
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
 	st := &streamer{
 		w:      w,
@@ -36,7 +39,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 		field:  s.cfg.ReasoningField,
 		prompt: j.prompt,
 		answer: seq.answer,
-		tmpl:   chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: s.cfg.Model},
+		tmpl: chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.model,
+			SystemFingerprint: schema.SimulatedFingerprint},
 	}
 	if o := j.req.StreamOptions; o != nil && o.IncludeUsage {
 		st.usage = true
@@ -77,9 +81,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 			st.add(delta{Role: "assistant", Content: &empty}, nil, 0)
 		}
 		if j.cutAt >= 0 && n >= j.cutAt {
-			// An injected disconnect: what was generated up to the
-			// cut goes out, then the connection closes.
+			// What was generated up to the cut goes out, then the
+			// connection closes or the error event ends the stream.
 			st.addTokens(j.cutAt, false)
+			if j.cut == faultStreamError {
+				s.eng.cancel(seq)
+				s.counts.add(faultStreamError)
+				st.fail(engineFailedMessage)
+				_ = st.flush()
+				return
+			}
 			_ = st.flush()
 			s.disconnect(seq)
 		}
@@ -160,6 +171,19 @@ func (st *streamer) finish() {
 		st.event(c)
 	}
 	st.buf.WriteString("data: [DONE]\n\n")
+}
+
+// fail queues vLLM's error event for a generation that failed after the
+// stream began, then the end marker, as chat_completion_stream_generator
+// sends them. Type BadRequestError and code 400 are vLLM's defaults
+// there: older versions send them whatever the cause, newer ones for
+// errors such as a CUDA RuntimeError (they type an EngineDeadError or a
+// request that finished with an error InternalServerError, 500). No
+// finish reason or usage chunk precedes it.
+func (st *streamer) fail(message string) {
+	st.buf.WriteString("data: ")
+	st.buf.Write(streamErrorData(http.StatusBadRequest, message))
+	st.buf.WriteString("\n\ndata: [DONE]\n\n")
 }
 
 func (st *streamer) event(c chunk) {

@@ -12,12 +12,17 @@ import (
 	"github.com/aerie-dev/aerie/simulator"
 )
 
+// apiKeyEnv is the environment variable aerie sim reads the API key
+// from when --api-key is not given, as vllm serve reads it.
+const apiKeyEnv = "VLLM_API_KEY"
+
 // addSimFlags binds the simulator's settings to fs, each flag name
 // prefixed (aerie run uses "sim-").
 func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	d := simulator.Config{}.WithDefaults()
 	c := &simulator.Config{}
 	fs.StringVar(&c.Model, prefix+"model", d.Model, "model name the simulator serves")
+	fs.StringVar(&c.APIKey, prefix+"api-key", "", "require Authorization: Bearer KEY on every /v1 path, as vllm serve --api-key (/health, /metrics, /admin/ stay open; rotate with POST /admin/api-key)")
 	fs.IntVar(&c.MaxModelLen, prefix+"max-model-len", d.MaxModelLen, "context length in tokens")
 	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", d.MaxNumSeqs, "running sequences cap (vLLM --max-num-seqs); the rest queue FIFO")
 	fs.Float64Var(&c.Speed, prefix+"speed", d.Speed, "time scale: 200 runs simulated time 200x faster than wall time")
@@ -35,6 +40,7 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.Float64Var(&f.Rate400, prefix+"fault-400", 0, "share of requests refused with vLLM's context length 400, which clients treat as permanent (fault injection; 0-1)")
 	fs.Float64Var(&f.HangRate, prefix+"fault-hang", 0, "share of requests never answered, until the client gives up (fault injection; 0-1)")
 	fs.Float64Var(&f.DisconnectRate, prefix+"fault-disconnect", 0, "share of requests whose connection is cut mid-answer, without [DONE] (fault injection; 0-1)")
+	fs.Float64Var(&f.StreamErrorRate, prefix+"fault-stream-error", 0, "share of requests whose generation fails mid-answer: streams get vLLM's in-stream error event then [DONE], others 500 (fault injection; 0-1)")
 	fs.DurationVar(&f.SlowFirstByte, prefix+"fault-slow-first-byte", 0, "delay of the first byte of slowed requests (simulated time; see --"+prefix+"fault-slow-first-byte-rate)")
 	fs.Float64Var(&f.SlowFirstByteRate, prefix+"fault-slow-first-byte-rate", 0, "share of requests whose first byte is delayed by --"+prefix+"fault-slow-first-byte (fault injection; 0-1)")
 	fs.Func(prefix+"outage", "outages START+DURATION:MODE,... in simulated time since start (repeatable); MODE refuse (connections refused) or 503 (every request 503), e.g. 30s+60s:refuse,300s+10s:503", func(spec string) error {
@@ -49,11 +55,15 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 }
 
 func cmdSim(ctx context.Context, args []string) error {
-	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--reasoning-field F] [--seed N]")
+	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--reasoning-field F] [--seed N] [--api-key KEY]")
 	listen := fs.String("listen", "127.0.0.1:8000", "host:port to serve on")
 	cfg := addSimFlags(fs, "")
+	fs.Lookup("api-key").Usage += " (default: env " + apiKeyEnv + ")"
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.APIKey == "" {
+		cfg.APIKey = os.Getenv(apiKeyEnv)
 	}
 	log, err := lf.logger(os.Stderr)
 	if err != nil {
@@ -69,7 +79,8 @@ func cmdSim(ctx context.Context, args []string) error {
 	}
 	c := sim.Config()
 	log.Info("simulator serving", "url", "http://"+l.Addr().String(), "model", c.Model,
-		"max_num_seqs", c.MaxNumSeqs, "speed", c.Speed, "reasoning_field", c.ReasoningField)
+		"max_num_seqs", c.MaxNumSeqs, "speed", c.Speed, "reasoning_field", c.ReasoningField,
+		"api_key_required", c.APIKey != "")
 	if err := sim.Serve(ctx, l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
