@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -470,7 +471,7 @@ func TestClassify(t *testing.T) {
 		{"connection closed", nil, nats.ErrConnectionClosed, permanent},
 		{"cancelled", nil, context.Canceled, permanent},
 		{"no stream response", nil, jetstream.ErrNoStreamResponse, retry},
-		{"ack timeout", nil, errAckTimeout, retry},
+		{"ack timeout", nil, &ackTimeoutError{time.Second}, retry},
 		{"anything else", nil, errors.New("boom"), retry},
 	} {
 		if got := classify(tc.ack, tc.err); got != tc.want {
