@@ -363,12 +363,21 @@ func TestManifestConflict(t *testing.T) {
 		}
 	}
 
-	// More prompts under the same run: refused, and none of the new ones
-	// is published.
+	// With more prompts as well, both are said.
+	other.PromptsFile = e.file(t, "eleven.jsonl", promptLines(0, 11))
+	_, err = Run(ctxFor(t), e.js, other)
+	if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "prompt count is 10 in the stored manifest (from ten.jsonl), 11 valid prompts now (from eleven.jsonl)") {
+		t.Fatalf("different model and prompt count: %v", err)
+	}
+
+	// More prompts under the same run: refused, naming the new ones, and
+	// none of them is published.
 	bigger := cfg
 	bigger.PromptsFile = e.file(t, "twelve.jsonl", promptLines(0, 12))
 	_, err = Run(ctxFor(t), e.js, bigger)
-	if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "prompt count is 10 in the stored manifest (from ten.jsonl), 12 valid prompts now (from twelve.jsonl)") {
+	var prompts *PromptsConflictError
+	if !errors.As(err, &prompts) || !strings.Contains(err.Error(), "the run has 10 prompts (from ten.jsonl), "+bigger.PromptsFile+" has 12 valid prompts") ||
+		!strings.Contains(err.Error(), `2 ids of the file are not queued in the run: "p-00010", "p-00011"`) {
 		t.Fatalf("different prompt count: %v", err)
 	}
 	if got := storedPrompts(t, e.js); got != 10 {
