@@ -106,7 +106,7 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 		return rep, err
 	}
 	if !created {
-		cfg.Logger.Info("produce: run exists with the same settings and prompts; publishing only the prompts not queued yet",
+		cfg.Logger.Info("produce: run exists with the same settings; publishing only the prompts not queued yet",
 			"run", cfg.Run, "created_at", manifest.CreatedAt, "producer", manifest.Producer, "prompts_digest", manifest.PromptsDigest)
 	}
 	if _, err := provision.WorkersConsumer(ctx, js, cfg.Run, cfg.Provision); err != nil {

@@ -457,6 +457,18 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changed while it was being produced") {
 		t.Fatalf("changed file: %v", err)
 	}
+
+	// The same ids with other content: what is published must be what the
+	// manifest's digest covers.
+	edited := promptLines(0, 5)
+	edited[3] = strings.Replace(edited[3], "question 3", "question 3, edited", 1)
+	pub = newPublisher(e.js, cfg, nil, 0, nil)
+	pub.start(ctx)
+	err = feed(ctx, cfg, sc, strings.NewReader(strings.Join(edited, "\n")), pub)
+	pub.finish(ctx)
+	if err == nil || !strings.Contains(err.Error(), `the prompt "p-00003" on line 4 is not the one validated`) {
+		t.Fatalf("edited line: %v", err)
+	}
 }
 
 func TestClassify(t *testing.T) {
