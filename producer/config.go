@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -22,6 +23,12 @@ const (
 	// doubling, at most 5 s) five attempts outlast a cluster leader
 	// election, which takes about 3 s.
 	DefaultRetries = 5
+	// DefaultAckTimeout is how long one publish waits for the server's
+	// acknowledgement, counted from the moment it was sent. A local broker
+	// answers in well under a millisecond and a cluster elects a new
+	// leader in about 3 s; 30 s only trips on a server that is gone or a
+	// stream leader that drops publishes.
+	DefaultAckTimeout = 30 * time.Second
 )
 
 // Config configures one produce. Run, PromptsFile and Model are required;
@@ -55,6 +62,13 @@ type Config struct {
 	// Retries is the number of publish attempts per prompt before it is
 	// reported as not queued; zero means DefaultRetries.
 	Retries int
+	// AckTimeout is how long one publish attempt waits for the server's
+	// acknowledgement, counted from the moment it was sent, before it is
+	// retried (with the same message id, so a late first copy and the
+	// retry are stored once); zero means DefaultAckTimeout. Every pending
+	// publish has its own deadline: when a stream leader drops publishes,
+	// all of them time out together, not one after another.
+	AckTimeout time.Duration
 	// Progress receives progress reports; nil means none. A terminal gets a
 	// progress bar, anything else (a log file, a pipe) a plain line every
 	// few seconds.
@@ -88,6 +102,9 @@ func (c Config) Validate() error {
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("publish retries is %d: use a positive number, or 0 for the default of %d", c.Retries, DefaultRetries))
 	}
+	if c.AckTimeout < 0 {
+		errs = append(errs, fmt.Errorf("publish ack timeout is %v: use a positive duration, or 0 for the default of %v", c.AckTimeout, DefaultAckTimeout))
+	}
 	if err := validateParams(c.Params); err != nil {
 		errs = append(errs, err)
 	}
@@ -117,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Retries == 0 {
 		c.Retries = DefaultRetries
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = DefaultAckTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -3,6 +3,7 @@ package producer
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -22,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no model", func(c *Config) { c.Model = "" }, "no model"},
 		{"negative pending", func(c *Config) { c.MaxPending = -1 }, "max pending"},
 		{"negative retries", func(c *Config) { c.Retries = -2 }, "retries"},
+		{"negative ack timeout", func(c *Config) { c.AckTimeout = -time.Second }, "ack timeout"},
 		{"negative max tokens", func(c *Config) { c.Params.MaxTokens = -1 }, "max_tokens"},
 		{"negative temperature", func(c *Config) { c.Params.Temperature = &neg }, "temperature"},
 		{"top_p above 1", func(c *Config) { c.Params.TopP = &big }, "top_p"},
@@ -36,7 +38,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	d := ok.withDefaults()
-	if d.MaxPending != DefaultMaxPending || d.Retries != DefaultRetries || d.Logger == nil {
+	if d.MaxPending != DefaultMaxPending || d.Retries != DefaultRetries || d.AckTimeout != DefaultAckTimeout || d.Logger == nil {
 		t.Errorf("defaults not applied: %+v", d)
 	}
 }

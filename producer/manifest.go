@@ -17,9 +17,10 @@ import (
 )
 
 // ManifestConflictError is returned when the run already has a manifest
-// with another model, other sampling parameters or another prompt count.
-// A run generates every prompt with the same settings, so changing them
-// means a new run.
+// with another model, other sampling parameters or another policy. A run
+// generates every prompt with the same settings, so changing them means a
+// new run. When the prompts differ too, Differences says so briefly; with
+// the same settings, other prompts are a *PromptsConflictError.
 type ManifestConflictError struct {
 	Run string
 	// Differences describe each field that differs, stored value first.
@@ -33,9 +34,10 @@ func (e *ManifestConflictError) Error() string {
 
 // writeManifest stores the run's manifest, or checks that the stored one
 // (from an earlier produce of the run) has the same model, parameters and
-// prompt count. It returns the manifest in force and whether it was
-// written now.
-func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, total int) (*schema.Manifest, bool, error) {
+// policy, and that the file holds the prompts the run was produced from
+// (see checkPromptSet). It returns the manifest in force and whether it
+// was written now.
+func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *scan) (*schema.Manifest, bool, error) {
 	kv, err := provision.RunsBucket(ctx, js, cfg.Provision)
 	if err != nil {
 		return nil, false, fmt.Errorf("produce run %s: %w", cfg.Run, err)
@@ -49,10 +51,12 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, tota
 		Model:     cfg.Model,
 		Params:    cfg.Params,
 		Policy:    cfg.Policy,
-		Total:     total,
+		Total:     sc.report.Valid,
 		Source:    filepath.Base(cfg.PromptsFile),
 		Producer:  host,
 		CreatedAt: time.Now().UTC(),
+		// Covers the valid prompts: with SkipInvalid, those queued.
+		PromptsDigest: sc.report.PromptsDigest,
 	}
 	b, err := schema.EncodeManifest(m)
 	if err != nil {
@@ -73,17 +77,20 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, tota
 	if err != nil {
 		return nil, false, fmt.Errorf("produce run %s: the stored manifest cannot be read (%w): use a new --run name", cfg.Run, err)
 	}
-	if diffs := manifestDiff(old, m); len(diffs) > 0 {
-		return nil, false, &ManifestConflictError{Run: cfg.Run, Differences: diffs}
+	if diffs := settingsDiff(old, m); len(diffs) > 0 {
+		return nil, false, &ManifestConflictError{Run: cfg.Run, Differences: append(diffs, promptSetDiff(old, m)...)}
+	}
+	if err := checkPromptSet(ctx, js, cfg, sc, old, m); err != nil {
+		return nil, false, err
 	}
 	return old, false, nil
 }
 
-// manifestDiff describes the fields that make two manifests different
-// runs: model, sampling parameters and prompt count. Source, producer host
-// and time may differ: the same file produced again from another host is
-// the same run.
-func manifestDiff(stored, now *schema.Manifest) []string {
+// settingsDiff describes the settings that make two manifests different
+// runs: model, sampling parameters and policy. Source, producer host and
+// time may differ: the same file produced again from another host is the
+// same run.
+func settingsDiff(stored, now *schema.Manifest) []string {
 	var d []string
 	field := func(name, a, b string) {
 		if a != b {
@@ -97,10 +104,6 @@ func manifestDiff(stored, now *schema.Manifest) []string {
 	field("max_attempts", strconv.Itoa(stored.Policy.Attempts()), strconv.Itoa(now.Policy.Attempts()))
 	field("on_length", stored.Policy.Length(), now.Policy.Length())
 	field("length_retry_max_tokens", strconv.Itoa(stored.Policy.LengthRetryMaxTokens), strconv.Itoa(now.Policy.LengthRetryMaxTokens))
-	if stored.Total != now.Total {
-		d = append(d, fmt.Sprintf("the prompt count is %d in the stored manifest (from %s), %d valid prompts now (from %s)",
-			stored.Total, stored.Source, now.Total, now.Source))
-	}
 	return d
 }
 

@@ -8,7 +8,9 @@
 // publishes. Publishing is idempotent for good: each prompt has its own
 // subject, which the stream holds at most once, and every publish expects
 // that subject to be empty. Producing the same file again, after a crash
-// or on purpose, publishes exactly the prompts that are missing.
+// or on purpose, publishes exactly the prompts that are missing; a file
+// with other prompts is refused, since the run manifest holds a digest of
+// the run's prompt set.
 package producer
 
 import (
@@ -32,7 +34,8 @@ import (
 )
 
 // Validate runs the validation pass alone (for a dry run): it reads every
-// line, checks it and finds duplicate ids, touching no server. With
+// line, checks it, finds duplicate ids and computes the digest of the
+// prompt set (Report.PromptsDigest), touching no server. With
 // invalid lines and cfg.SkipInvalid false it returns an *InvalidError;
 // the report is returned in every case once the file could be read.
 // Prompts too large for a server's max_payload are found only by Run,
@@ -56,18 +59,21 @@ func Validate(ctx context.Context, cfg Config) (*Report, error) {
 		return rep, err
 	}
 	cfg.Logger.Info("produce validated", "file", cfg.PromptsFile, "lines", rep.Lines, "valid", rep.Valid,
-		"invalid", rep.Invalid, "elapsed", rep.Elapsed.Round(time.Millisecond))
+		"invalid", rep.Invalid, "prompts_digest", rep.PromptsDigest, "elapsed", rep.Elapsed.Round(time.Millisecond))
 	return rep, nil
 }
 
 // Run validates cfg.PromptsFile, then creates the streams if needed,
 // writes or checks the run manifest, creates the workers' consumer and
 // publishes every valid prompt. Nothing is published when a line is
-// invalid and cfg.SkipInvalid is false (*InvalidError), or when the run
-// exists with other settings (*ManifestConflictError). Prompts that could
-// not be published are named in an *IncompleteError; producing again
-// publishes them. The report is returned whenever the file could be read,
-// errors included.
+// invalid and cfg.SkipInvalid is false (*InvalidError), when the run
+// exists with other settings (*ManifestConflictError), or when it exists
+// with the same settings but other prompts (*PromptsConflictError): the
+// manifest holds a digest of the run's prompts, whatever their order, so
+// the same prompts produced again are recognised and an edited file is
+// refused. Prompts that could not be published are named in an
+// *IncompleteError; producing again publishes them. The report is
+// returned whenever the file could be read, errors included.
 //
 // js should allow at least cfg.MaxPending outstanding asynchronous
 // publishes (jetstream.WithPublishAsyncMaxPending; the default allows
@@ -95,13 +101,13 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 	if err := provision.Streams(ctx, js, cfg.Provision); err != nil {
 		return rep, fmt.Errorf("produce run %s: %w", cfg.Run, err)
 	}
-	manifest, created, err := writeManifest(ctx, js, cfg, rep.Valid)
+	manifest, created, err := writeManifest(ctx, js, cfg, sc)
 	if err != nil {
 		return rep, err
 	}
 	if !created {
 		cfg.Logger.Info("produce: run exists with the same settings; publishing only the prompts not queued yet",
-			"run", cfg.Run, "created_at", manifest.CreatedAt, "producer", manifest.Producer)
+			"run", cfg.Run, "created_at", manifest.CreatedAt, "producer", manifest.Producer, "prompts_digest", manifest.PromptsDigest)
 	}
 	if _, err := provision.WorkersConsumer(ctx, js, cfg.Run, cfg.Provision); err != nil {
 		return rep, fmt.Errorf("produce run %s: %w", cfg.Run, err)
@@ -202,6 +208,10 @@ func feed(ctx context.Context, cfg Config, sc *scan, r io.Reader, pub *publisher
 		}
 		if first.line != lr.line || first.rejected {
 			continue // a duplicate, or too large: reported by the validation pass
+		}
+		if promptDigest(&schema.Prompt{ID: id, Messages: msgs}) != first.digest {
+			// What is published must be what the manifest's digest covers.
+			return changedError(cfg, fmt.Sprintf("the prompt %q on line %d is not the one validated", truncate(id, 60), lr.line))
 		}
 		msg, err := promptMessage(cfg.Run, fmt.Sprintf("%s:%d", source, lr.line), id, msgs)
 		if err != nil {

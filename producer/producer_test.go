@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -362,12 +363,21 @@ func TestManifestConflict(t *testing.T) {
 		}
 	}
 
-	// More prompts under the same run: refused, and none of the new ones
-	// is published.
+	// With more prompts as well, both are said.
+	other.PromptsFile = e.file(t, "eleven.jsonl", promptLines(0, 11))
+	_, err = Run(ctxFor(t), e.js, other)
+	if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "prompt count is 10 in the stored manifest (from ten.jsonl), 11 valid prompts now (from eleven.jsonl)") {
+		t.Fatalf("different model and prompt count: %v", err)
+	}
+
+	// More prompts under the same run: refused, naming the new ones, and
+	// none of them is published.
 	bigger := cfg
 	bigger.PromptsFile = e.file(t, "twelve.jsonl", promptLines(0, 12))
 	_, err = Run(ctxFor(t), e.js, bigger)
-	if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "prompt count is 10 in the stored manifest (from ten.jsonl), 12 valid prompts now (from twelve.jsonl)") {
+	var prompts *PromptsConflictError
+	if !errors.As(err, &prompts) || !strings.Contains(err.Error(), "the run has 10 prompts (from ten.jsonl), "+bigger.PromptsFile+" has 12 valid prompts") ||
+		!strings.Contains(err.Error(), `2 ids of the file are not queued in the run: "p-00010", "p-00011"`) {
 		t.Fatalf("different prompt count: %v", err)
 	}
 	if got := storedPrompts(t, e.js); got != 10 {
@@ -447,6 +457,18 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changed while it was being produced") {
 		t.Fatalf("changed file: %v", err)
 	}
+
+	// The same ids with other content: what is published must be what the
+	// manifest's digest covers.
+	edited := promptLines(0, 5)
+	edited[3] = strings.Replace(edited[3], "question 3", "question 3, edited", 1)
+	pub = newPublisher(e.js, cfg, nil, 0, nil)
+	pub.start(ctx)
+	err = feed(ctx, cfg, sc, strings.NewReader(strings.Join(edited, "\n")), pub)
+	pub.finish(ctx)
+	if err == nil || !strings.Contains(err.Error(), `the prompt "p-00003" on line 4 is not the one validated`) {
+		t.Fatalf("edited line: %v", err)
+	}
 }
 
 func TestClassify(t *testing.T) {
@@ -470,7 +492,7 @@ func TestClassify(t *testing.T) {
 		{"connection closed", nil, nats.ErrConnectionClosed, permanent},
 		{"cancelled", nil, context.Canceled, permanent},
 		{"no stream response", nil, jetstream.ErrNoStreamResponse, retry},
-		{"ack timeout", nil, errAckTimeout, retry},
+		{"ack timeout", nil, &ackTimeoutError{time.Second}, retry},
 		{"anything else", nil, errors.New("boom"), retry},
 	} {
 		if got := classify(tc.ack, tc.err); got != tc.want {

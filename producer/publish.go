@@ -16,14 +16,8 @@ import (
 	"github.com/aerie-dev/aerie/provision"
 )
 
-// Timing of publishes.
+// Timing of publishes (the acknowledgement timeout is Config.AckTimeout).
 const (
-	// ackTimeout is how long one publish may wait for the server's
-	// acknowledgement before it is retried (with the same message id, so
-	// a late first copy and the retry are stored once). A local broker
-	// answers in well under a millisecond and a cluster elects a new
-	// leader in about 3 s; 30 s only trips on a server that is gone.
-	ackTimeout = 30 * time.Second
 	// retryBase and retryMax shape the backoff between attempts: retryBase
 	// doubling per attempt, at most retryMax, with jitter so that hundreds
 	// of prompts failed together are not retried together.
@@ -33,7 +27,13 @@ const (
 	lookupTimeout = 10 * time.Second
 )
 
-var errAckTimeout = fmt.Errorf("no acknowledgement from the server within %v", ackTimeout)
+// ackTimeoutError is the outcome of a publish whose acknowledgement did
+// not come within the acknowledgement timeout after it was sent.
+type ackTimeoutError struct{ timeout time.Duration }
+
+func (e *ackTimeoutError) Error() string {
+	return fmt.Sprintf("no acknowledgement from the server within %v", e.timeout)
+}
 
 // entry is one prompt on its way to the stream. It holds a publishing
 // slot from its first attempt until its outcome is settled.
@@ -43,7 +43,10 @@ type entry struct {
 	msg      *nats.Msg
 	attempts int
 	future   jetstream.PubAckFuture
-	retryAt  time.Time
+	// sentAt is when the latest attempt was sent: its acknowledgement is
+	// due by sentAt plus the acknowledgement timeout.
+	sentAt  time.Time
+	retryAt time.Time
 }
 
 // verdict is what one publish attempt came to.
@@ -102,14 +105,17 @@ func backoff(n int) time.Duration {
 // hands) and holds a slot there, so neither channel, being as large as the
 // slot count, ever blocks.
 type publisher struct {
-	js       jetstream.JetStream
-	stream   jetstream.Stream // the prompts stream; nil in some tests
-	run      string
-	file     string
-	retries  int
-	startSeq uint64
-	limit    int64
-	meter    *meter
+	js      jetstream.JetStream
+	stream  jetstream.Stream // the prompts stream; nil in some tests
+	run     string
+	file    string
+	retries int
+	// ackTimeout bounds the wait for each publish's acknowledgement,
+	// counted from the moment it was sent.
+	ackTimeout time.Duration
+	startSeq   uint64
+	limit      int64
+	meter      *meter
 
 	slots    chan struct{}
 	inflight chan *entry
@@ -132,7 +138,7 @@ func newPublisher(js jetstream.JetStream, cfg Config, stream jetstream.Stream, l
 		startSeq = stream.CachedInfo().State.LastSeq
 	}
 	return &publisher{
-		js: js, stream: stream, run: cfg.Run, file: cfg.PromptsFile, retries: cfg.Retries,
+		js: js, stream: stream, run: cfg.Run, file: cfg.PromptsFile, retries: cfg.Retries, ackTimeout: cfg.AckTimeout,
 		startSeq: startSeq, limit: limit, meter: m,
 		slots:    make(chan struct{}, cfg.MaxPending),
 		inflight: make(chan *entry, cfg.MaxPending),
@@ -221,39 +227,66 @@ func (p *publisher) send(ctx context.Context, e *entry) {
 	e.attempts++
 	f, err := p.js.PublishMsgAsync(copyMsg(e.msg),
 		jetstream.WithExpectLastSequencePerSubject(0),
-		jetstream.WithStallWait(ackTimeout))
+		jetstream.WithStallWait(p.ackTimeout))
 	if err != nil {
 		p.settle(ctx, e, nil, err)
 		return
 	}
-	e.future = f
+	e.future, e.sentAt = f, time.Now()
 	p.inflight <- e
 }
 
-// collect waits for the acknowledgement of each publish, in order.
+// collect waits for the acknowledgement of each publish, in publishing
+// order. Each publish has its own deadline, ackTimeout after it was sent,
+// so a publish left unanswered delays the ones behind it only until their
+// own deadlines, which come no earlier than its own: when a stream leader
+// drops every publish, all pending ones time out together, ackTimeout
+// after they were sent.
 func (p *publisher) collect(ctx context.Context) {
 	defer close(p.done)
-	timer := time.NewTimer(ackTimeout)
+	timer := time.NewTimer(p.ackTimeout)
+	timer.Stop()
 	for e := range p.inflight {
-		timer.Reset(ackTimeout)
-		var ack *jetstream.PubAck
-		var err error
-		select {
-		case ack = <-e.future.Ok():
-		case err = <-e.future.Err():
-		case <-timer.C:
-			err = errAckTimeout
-		case <-ctx.Done():
-			// Take an answer that has already arrived before giving up.
-			select {
-			case ack = <-e.future.Ok():
-			case err = <-e.future.Err():
-			default:
-				err = ctx.Err()
-			}
-		}
-		timer.Stop()
+		ack, err := p.await(ctx, e, timer)
 		p.settle(ctx, e, ack, err)
+	}
+}
+
+// await returns the answer to e's latest publish, a timeout once its
+// deadline has passed, or the context's error. timer is the collector's,
+// stopped on return.
+func (p *publisher) await(ctx context.Context, e *entry, timer *time.Timer) (*jetstream.PubAck, error) {
+	// An answer that has already arrived counts, even past the deadline.
+	select {
+	case ack := <-e.future.Ok():
+		return ack, nil
+	case err := <-e.future.Err():
+		return nil, err
+	default:
+	}
+	wait := time.Until(e.sentAt.Add(p.ackTimeout))
+	if wait <= 0 {
+		return nil, &ackTimeoutError{p.ackTimeout}
+	}
+	timer.Reset(wait)
+	defer timer.Stop()
+	select {
+	case ack := <-e.future.Ok():
+		return ack, nil
+	case err := <-e.future.Err():
+		return nil, err
+	case <-timer.C:
+		return nil, &ackTimeoutError{p.ackTimeout}
+	case <-ctx.Done():
+		// Take an answer that has already arrived before giving up.
+		select {
+		case ack := <-e.future.Ok():
+			return ack, nil
+		case err := <-e.future.Err():
+			return nil, err
+		default:
+			return nil, ctx.Err()
+		}
 	}
 }
 

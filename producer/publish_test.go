@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -208,3 +209,65 @@ func TestMaxPendingBoundsOutstandingPublishes(t *testing.T) {
 }
 
 var _ jetstream.JetStream = (*faultyJS)(nil)
+
+// When the stream drops publishes (stores them, or not, and never
+// answers), every pending publish times out AckTimeout after it was sent,
+// all together, not one after another: the produce ends in a few
+// AckTimeouts per attempt and reports the prompts as not queued.
+//
+// The prompts stream is set to NoAck, which makes the server store what
+// is published to it and never answer the publisher: not the
+// acknowledgement, not the refusal of a repeat. That is what a publisher
+// sees from a stream leader that drops publishes; a missing stream would
+// not do, since the server then answers at once with "no responders".
+func TestDroppedAcksTimeOutTogether(t *testing.T) {
+	e := setup(t)
+	const (
+		n          = DefaultMaxPending // all pending at once
+		retries    = 2
+		ackTimeout = 400 * time.Millisecond
+	)
+	ctx := ctxFor(t)
+	if err := provision.Streams(ctx, e.js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.js.Stream(ctx, schema.PromptsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := s.CachedInfo().Config
+	silent.NoAck = true
+	if _, err := e.js.UpdateStream(ctx, silent); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
+	cfg.Retries, cfg.AckTimeout = retries, ackTimeout
+
+	// Waiting for each acknowledgement in turn, with a fresh timeout each,
+	// takes at least n*retries*ackTimeout (205 s); allow a tenth of it.
+	sequential := n * retries * ackTimeout
+	bound := sequential / 10
+	runCtx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	start := time.Now()
+	rep, err := Run(runCtx, e.js, cfg)
+	elapsed := time.Since(start)
+	t.Logf("produce ended after %v", elapsed)
+
+	var inc *IncompleteError
+	if !errors.As(err, &inc) {
+		t.Fatalf("after %v: error %v, want an IncompleteError", elapsed, err)
+	}
+	if elapsed >= bound {
+		t.Fatalf("produce took %v with every acknowledgement dropped; timeouts one after another would take %v, want under %v", elapsed, sequential, bound)
+	}
+	if rep.Failed != n || rep.Published != 0 || inc.Failed != n {
+		t.Fatalf("report %+v, want all %d failed", rep, n)
+	}
+	want := fmt.Sprintf("not published after %d attempts: no acknowledgement from the server within %v", retries, ackTimeout)
+	for _, p := range rep.Problems {
+		if !strings.Contains(p.Reason, want) {
+			t.Fatalf("problem %s, want %q", p, want)
+		}
+	}
+}

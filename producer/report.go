@@ -47,7 +47,13 @@ type Report struct {
 	// Problems lists invalid lines and failed prompts in line order, at
 	// most MaxProblems of them.
 	Problems []Problem
-	Elapsed  time.Duration
+	// PromptsDigest identifies the valid prompts of the file, whatever
+	// their order ("v1:" and 64 hex digits; see schema.Manifest), once the
+	// validation pass has read the whole file. Run stores it in the run's
+	// manifest. Validate's differs from Run's only when a prompt is over
+	// the server's max_payload, which only Run can tell.
+	PromptsDigest string
+	Elapsed       time.Duration
 }
 
 func (r *Report) addProblem(p Problem) {

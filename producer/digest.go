@@ -1,0 +1,88 @@
+package producer
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// The digests that tie a run to its prompt set. Each encoding starts with
+// its own domain, so that no digest equals one computed over the same bytes
+// for another purpose, and the run digest carries its version, so that a
+// later encoding is told apart rather than taken for a different set.
+const (
+	promptDigestDomain  = "aerie/prompt-digest/v1\x00"
+	promptsDigestDomain = "aerie/prompts-digest/v1\x00"
+	// promptsDigestVersion starts every run digest written by this
+	// encoding: "v1:" and 64 hex digits.
+	promptsDigestVersion = "v1:"
+)
+
+// Tags of the fields of a prompt in its digest. Each field is its tag, its
+// length in bytes as an unsigned varint and its bytes; a field is written
+// only when the prompt carries it, in the order below. A per-prompt
+// parameter added later gets a new tag, written only when set, so every
+// prompt without it keeps its digest.
+const (
+	tagID        = 'i'
+	tagRole      = 'r' // then tagContent: one pair per message, in order
+	tagContent   = 'c'
+	tagMaxTokens = 't' // decimal; only when positive
+)
+
+// promptDigest identifies what a queued prompt carries: its id, its
+// messages and its per-prompt parameters (today only a replay sets one,
+// MaxTokens), not where it came from (Source) or its run. It is the first
+// 16 bytes of a SHA-256: enough to tell an edited prompt from its original
+// by accident (a collision needs about 2^64 prompts), and small, since the
+// validation pass keeps one per prompt.
+func promptDigest(p *schema.Prompt) [16]byte {
+	h := sha256.New()
+	h.Write([]byte(promptDigestDomain))
+	var buf [binary.MaxVarintLen64]byte
+	field := func(tag byte, value string) {
+		h.Write([]byte{tag})
+		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(value)))])
+		h.Write([]byte(value))
+	}
+	field(tagID, p.ID)
+	for _, m := range p.Messages {
+		field(tagRole, m.Role)
+		field(tagContent, m.Content)
+	}
+	if p.MaxTokens > 0 {
+		field(tagMaxTokens, strconv.Itoa(p.MaxTokens))
+	}
+	var d [16]byte
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+// promptsDigest is the digest of a run's prompt set: promptsDigestVersion
+// and the hex SHA-256 of the count and the sorted per-prompt digests.
+// Sorting makes it independent of the order of the lines in the file, so
+// the same prompts shuffled, or produced from another host, give the same
+// digest. The slice is sorted in place.
+func promptsDigest(digests [][16]byte) string {
+	slices.SortFunc(digests, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	h.Write([]byte(promptsDigestDomain))
+	var buf [binary.MaxVarintLen64]byte
+	h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(digests)))])
+	for _, d := range digests {
+		h.Write(d[:])
+	}
+	return promptsDigestVersion + hex.EncodeToString(h.Sum(nil))
+}
+
+// knownDigest reports whether a stored run digest was written by the
+// encoding above and can be compared with one computed now.
+func knownDigest(d string) bool {
+	return strings.HasPrefix(d, promptsDigestVersion)
+}
