@@ -97,7 +97,7 @@ func waitRunsBucket(ctx context.Context, js jetstream.JetStream, run string, sta
 		if now := time.Now(); !now.Before(nextWarn) {
 			log.Warn(fmt.Sprintf("run %s has no manifest yet: no run at all has been produced on this server (KV bucket %s does not exist); "+
 				"check --run and --nats, or run `aerie produce` for this run", run, schema.RunsBucket),
-				"run", run, "waited", now.Sub(start).Round(time.Second), "server", serverURL(js))
+				"waited", now.Sub(start).Round(time.Second), "server", serverURL(js))
 			nextWarn = now.Add(manifestWarnInterval)
 		}
 		t := time.NewTimer(min(time.Second, manifestWarnInterval))
@@ -124,7 +124,7 @@ func warnNoManifest(ctx context.Context, js jetstream.JetStream, kv jetstream.Ke
 		existing = "runs on this server: " + strings.Join(runs, ", ")
 	}
 	log.Warn(fmt.Sprintf("run %s has no manifest yet; %s; check --run and --nats, or run `aerie produce` for this run", run, existing),
-		"run", run, "waited", time.Since(start).Round(time.Second), "server", serverURL(js), "runs", runs)
+		"waited", time.Since(start).Round(time.Second), "server", serverURL(js), "runs", runs)
 }
 
 // runNames returns the first limit run names in the runs bucket, sorted,
