@@ -77,6 +77,9 @@ type HeldLease struct {
 type RecentHeartbeat struct {
 	Worker string    `json:"worker"`
 	At     time.Time `json:"at"`
+	// Paused is why the worker had stopped pulling, if it had (its
+	// backend is down, or it is stopping and finishing what it holds).
+	Paused string `json:"paused,omitempty"`
 }
 
 // Empty reports whether the run has nothing on the server.
@@ -107,7 +110,11 @@ func (r *Removal) Alive() []string {
 		why = append(why, fmt.Sprintf("%s holds the lease %s in KV bucket %s", who, l.Key, l.Bucket))
 	}
 	if h := r.Heartbeat; h != nil {
-		why = append(why, fmt.Sprintf("worker %s sent a heartbeat %s ago", h.Worker, time.Since(h.At).Round(time.Second)))
+		beat := fmt.Sprintf("worker %s sent a heartbeat %s ago", h.Worker, time.Since(h.At).Round(time.Second))
+		if h.Paused != "" {
+			beat += " (paused: " + h.Paused + ")"
+		}
+		why = append(why, beat)
 	}
 	return why
 }
@@ -252,11 +259,16 @@ func planHeartbeat(ctx context.Context, js jetstream.JetStream, opts Options, r 
 	if err != nil || msg == nil || time.Since(msg.Time) >= heartbeatWindow {
 		return err
 	}
+	h := &RecentHeartbeat{Worker: msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], At: msg.Time}
 	var hb schema.Heartbeat
-	worker := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
-	if json.Unmarshal(msg.Data, &hb) == nil && hb.Worker != "" {
-		worker = hb.Worker
+	if json.Unmarshal(msg.Data, &hb) == nil {
+		if hb.Worker != "" {
+			h.Worker = hb.Worker
+		}
+		if hb.Paused {
+			h.Paused = hb.PausedReason
+		}
 	}
-	r.Heartbeat = &RecentHeartbeat{Worker: worker, At: msg.Time}
+	r.Heartbeat = h
 	return nil
 }

@@ -52,7 +52,8 @@ func age(d time.Duration) string {
 }
 
 // WritePlan writes what removing the run would remove, and why removing
-// it would be refused when it looks alive.
+// it would be refused when it looks alive. It does not say that nothing
+// was removed: the caller does, as it decides.
 func WritePlan(w io.Writer, r *Removal) error {
 	fmt.Fprintf(w, "run %s has on this server:\n", r.Run)
 	if err := writeContents(w, r); err != nil {
@@ -61,8 +62,7 @@ func WritePlan(w io.Writer, r *Removal) error {
 	if why := r.Alive(); len(why) > 0 {
 		fmt.Fprintf(w, "it looks alive: %s;\nremoving it would be refused: stop its workers and aggregator first, or add --force\n", strings.Join(why, "; "))
 	}
-	_, err := fmt.Fprintln(w, "nothing was removed: add --yes to remove all of this")
-	return err
+	return nil
 }
 
 // WriteRemoved writes what Remove removed and where the run's output

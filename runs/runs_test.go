@@ -286,7 +286,7 @@ func TestPlanCountsAndChangesNothing(t *testing.T) {
 	if err := runs.WritePlan(&out, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"5 messages", "aerie.prompts.a.>", "workers-a", "2 keys", "a.*", "add --yes"} {
+	for _, want := range []string{"5 messages", "aerie.prompts.a.>", "workers-a", "2 keys", "a.*"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan does not show %q:\n%s", want, out.String())
 		}
@@ -361,6 +361,16 @@ func TestRemoveRefusesWhileAWorkerSendsHeartbeats(t *testing.T) {
 	}
 	checkSnapshot(t, "run a after Remove --force", snap(t, js, "a"), gone)
 	checkSnapshot(t, "run a-b after removing a", snap(t, js, "a-b"), want("a-b"))
+
+	// A stopping worker still finishes what it holds: the run is alive.
+	hb, _ := json.Marshal(schema.Heartbeat{Run: "a-b", Worker: "w-a-b", Paused: true, PausedReason: schema.PausedStopping})
+	if _, err := js.Publish(ctx, schema.HeartbeatSubject("a-b", "w-a-b"), hb); err != nil {
+		t.Fatal(err)
+	}
+	_, err = runs.Remove(ctx, js, "a-b", runs.RemoveOptions{})
+	if !errors.As(err, &alive) || !strings.Contains(err.Error(), "(paused: stopping)") {
+		t.Fatalf("Remove of a run whose worker is stopping = %v, want an AliveError saying it is stopping", err)
+	}
 }
 
 func TestRemoveRefusesWhileTheAggregatorHoldsItsLease(t *testing.T) {
