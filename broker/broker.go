@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,7 +27,9 @@ const DefaultMaxPayload = 8 << 20
 // StoreDir is required.
 type Config struct {
 	// StoreDir holds JetStream's file store. Required: a broker that
-	// forgets its streams on restart could not resume a run.
+	// forgets its streams on restart could not resume a run. The server
+	// holds an exclusive lock on it (LockFileName) while it runs, so a
+	// second server on the same store refuses to start.
 	StoreDir string
 	// Host is the listen address; empty means 127.0.0.1, so a development
 	// broker is not exposed to the network by accident.
@@ -48,10 +51,14 @@ type Config struct {
 
 // Server is a running embedded NATS server.
 type Server struct {
-	ns *server.Server
+	ns       *server.Server
+	lock     *storeLock
+	stopOnce sync.Once
 }
 
-// Start starts a server and waits until it accepts connections.
+// Start takes the store's lock, starts a server and waits until it
+// accepts connections. It returns a *StoreInUseError when another server
+// holds the store.
 func Start(cfg Config) (*Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("broker: a store directory is required (JetStream keeps prompts and results there)")
@@ -82,20 +89,36 @@ func Start(cfg Config) (*Server, error) {
 	} else {
 		opts.SyncInterval = cfg.SyncInterval
 	}
+	lock, err := lockStore(cfg.StoreDir, hostPort(host, cfg.Port))
+	if err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		lock.release()
 		return nil, fmt.Errorf("broker: configure server on %s:%d with store %s: %w", host, cfg.Port, cfg.StoreDir, err)
 	}
 	if cfg.Logger != nil {
 		ns.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats-server")}, false, false, false)
 	}
 	go ns.Start()
-	if !ns.ReadyForConnections(30 * time.Second) {
+	if !ns.ReadyForConnections(readyTimeout) {
 		ns.Shutdown()
-		return nil, fmt.Errorf("broker: server on %s:%d did not become ready within 30s (is the port in use? is %s writable?)", host, cfg.Port, cfg.StoreDir)
+		ns.WaitForShutdown()
+		lock.release()
+		return nil, fmt.Errorf("broker: server on %s:%d did not become ready within %v (is the port in use? is %s writable?)", host, cfg.Port, readyTimeout, cfg.StoreDir)
 	}
-	return &Server{ns: ns}, nil
+	s := &Server{ns: ns, lock: lock}
+	if err := lock.record(s.Addr()); err != nil {
+		s.Shutdown()
+		return nil, err
+	}
+	return s, nil
 }
+
+// readyTimeout bounds how long Start waits for the server to accept
+// connections; recovering a large store takes a few seconds.
+const readyTimeout = 30 * time.Second
 
 // ClientURL is the URL other processes connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
@@ -117,11 +140,15 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Shutdown stops the server and waits until it has stopped, flushing the
-// store.
+// Shutdown stops the server, waits until it has stopped, flushing the
+// store, and then releases the store's lock. Calling it again does
+// nothing.
 func (s *Server) Shutdown() {
-	s.ns.Shutdown()
-	s.ns.WaitForShutdown()
+	s.stopOnce.Do(func() {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		s.lock.release()
+	})
 }
 
 // NATS exposes the underlying server for tests that need to restart or

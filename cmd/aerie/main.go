@@ -27,6 +27,7 @@ var commands = []command{
 	{"aggregate", "write a run's completions.jsonl and failed.jsonl and publish throughput events", cmdAggregate},
 	{"replay", "put a run's dead-lettered prompts back to work, by reason or id (--dry-run to look first)", cmdReplay},
 	{"reconcile", "requeue every prompt of a run's input that is not completed, failed or on its way", cmdReconcile},
+	{"runs", "list the runs on the NATS server (ls) or remove everything one run has there (rm)", cmdRuns},
 	{"sim", "serve the vLLM simulator (OpenAI-compatible)", cmdSim},
 	{"gen-prompts", "write synthetic prompts (all accepted input shapes) for rehearsals", cmdGen},
 	{"server", "run an embedded NATS server with JetStream, for several aerie processes on one machine", cmdServer},
