@@ -24,6 +24,9 @@ type completionLine struct {
 	TTFTMillis   int64            `json:"ttft_ms"`
 	LatencyMs    int64            `json:"latency_ms"`
 	FinishedAt   time.Time        `json:"finished_at"`
+	// Simulated marks an answer of aerie's simulator: rehearsal data that
+	// must not pass for a real model's.
+	Simulated bool `json:"simulated,omitempty"`
 }
 
 type usage struct {
@@ -38,6 +41,7 @@ func newCompletionLine(r *schema.Result) completionLine {
 		Usage: usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
 		Model: r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,
+		Simulated: r.Simulated,
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aerie-dev/aerie/lockfile"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -52,7 +53,7 @@ type Config struct {
 // Server is a running embedded NATS server.
 type Server struct {
 	ns       *server.Server
-	lock     *storeLock
+	lock     *lockfile.Lock
 	stopOnce sync.Once
 }
 
@@ -95,7 +96,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, fmt.Errorf("broker: configure server on %s:%d with store %s: %w", host, cfg.Port, cfg.StoreDir, err)
 	}
 	if cfg.Logger != nil {
@@ -105,11 +106,11 @@ func Start(cfg Config) (*Server, error) {
 	if !ns.ReadyForConnections(readyTimeout) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		lock.release()
+		lock.Release()
 		return nil, fmt.Errorf("broker: server on %s:%d did not become ready within %v (is the port in use? is %s writable?)", host, cfg.Port, readyTimeout, cfg.StoreDir)
 	}
 	s := &Server{ns: ns, lock: lock}
-	if err := lock.record(s.Addr()); err != nil {
+	if err := lock.SetAddr(s.Addr()); err != nil {
 		s.Shutdown()
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (s *Server) Shutdown() {
 	s.stopOnce.Do(func() {
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
-		s.lock.release()
+		s.lock.Release()
 	})
 }
 

@@ -19,9 +19,10 @@ import (
 type Holder struct {
 	PID  int    `json:"pid"`
 	Host string `json:"host"`
-	// What the holder is, e.g. "aerie aggregate of run r1" or "aerie
-	// server listening on 127.0.0.1:4222".
-	What  string    `json:"what,omitempty"`
+	// What the holder is, e.g. "aerie aggregate of run r1".
+	What string `json:"what,omitempty"`
+	// Addr is the address the holder serves on, if it serves.
+	Addr  string    `json:"addr,omitempty"`
 	Since time.Time `json:"since"`
 }
 
@@ -30,6 +31,9 @@ func (h Holder) String() string {
 		return "another process (it did not say which)"
 	}
 	s := fmt.Sprintf("pid %d on %s", h.PID, h.Host)
+	if h.Addr != "" {
+		s += ", listening on " + h.Addr
+	}
 	if h.What != "" {
 		s = h.What + " (" + s + ")"
 	}
@@ -51,7 +55,8 @@ func (e *HeldError) Error() string {
 
 // Lock is a held lock. The zero value holds nothing.
 type Lock struct {
-	f *os.File
+	f      *os.File
+	holder Holder
 }
 
 // Acquire takes the lock on path, creating the file if needed, without
@@ -70,16 +75,30 @@ func Acquire(path, what string) (*Lock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	host, _ := os.Hostname()
-	b, _ := json.Marshal(Holder{PID: os.Getpid(), Host: host, What: what, Since: time.Now().UTC()})
-	err = f.Truncate(0)
+	l := &Lock{f: f, holder: Holder{PID: os.Getpid(), Host: host, What: what, Since: time.Now().UTC()}}
+	if err := l.write(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetAddr records the address the holder serves on, once it knows it.
+func (l *Lock) SetAddr(addr string) error {
+	l.holder.Addr = addr
+	return l.write()
+}
+
+func (l *Lock) write() error {
+	b, _ := json.Marshal(l.holder)
+	err := l.f.Truncate(0)
 	if err == nil {
-		_, err = f.WriteAt(append(b, '\n'), 0)
+		_, err = l.f.WriteAt(append(b, '\n'), 0)
 	}
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write lock file %s: %w", path, err)
+		return fmt.Errorf("write lock file %s: %w", l.f.Name(), err)
 	}
-	return &Lock{f: f}, nil
+	return nil
 }
 
 // Release gives the lock up. It may be called more than once, and on a

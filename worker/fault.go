@@ -40,8 +40,8 @@ func faultOf(err error) fault {
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) {
 		switch {
-		case apiErr.Status == 0:
-			return serverFault // sent inside a stream that had started
+		case apiErr.InStream():
+			return serverFault // sent after the server had accepted the request
 		case apiErr.Status == http.StatusNotFound:
 			return misconfigured
 		case apiErr.Status >= 500:

@@ -32,6 +32,7 @@ func (w *Worker) publishResult(ctx context.Context, attempt int, p *schema.Promp
 		Worker: w.cfg.Name, Attempts: attempt,
 		TTFTMillis: c.TTFT.Milliseconds(), LatencyMs: c.Latency.Milliseconds(),
 		FinishedAt: time.Now().UTC(),
+		Simulated:  c.SystemFingerprint == schema.SimulatedFingerprint,
 	}
 	if c.Model != "" {
 		r.Model = c.Model
