@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -133,4 +136,47 @@ func (b *bundle) heartbeats(t *testing.T) *heartbeatLog {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return h
+}
+
+// A key rotated on the server (vLLM restarted with another --api-key)
+// answers 401 to every request: the worker pauses instead of
+// dead-lettering the queue, re-reads its key file while paused, and
+// resumes by itself once the file holds the new key. Nothing counts
+// against any prompt.
+func TestRotatedKeyPausesUntilTheFileIsFixed(t *testing.T) {
+	const n = 60
+	b := setup(t, n, provision.Options{})
+	oldKey, newKey := "key-one", "key-two"
+	f, url := newFakeLLM(t, &fakeLLM{duration: 100 * time.Millisecond})
+	f.key.Store(&oldKey)
+	keyFile := filepath.Join(t.TempDir(), "api-key")
+	if err := os.WriteFile(keyFile, []byte(oldKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hb := b.heartbeats(t)
+	w, _ := b.startClient(t, worker.Config{Window: 10, Heartbeat: 50 * time.Millisecond},
+		openai.Config{BaseURL: url, APIKeyFile: keyFile})
+	brokertest.Eventually(t, 20*time.Second, func() bool { return b.resultCount(t) >= 10 }, "first results")
+
+	f.key.Store(&newKey)
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		h := hb.last()
+		return h != nil && h.Paused && strings.Contains(h.PausedReason, "401") && strings.Contains(h.PausedReason, "--api-key-file")
+	}, "a heartbeat saying the worker is paused because its key is refused")
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered while the key was refused", len(dead))
+	}
+	if err := os.WriteFile(keyFile, []byte(newKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.waitSettled(t, 60*time.Second)
+	if got := len(b.results(t)); got != n {
+		t.Errorf("%d results, want %d", got, n)
+	}
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered, want none", len(dead))
+	}
+	if s := w.Stats(); s.Retry != 0 || s.HandedBack == 0 {
+		t.Errorf("stats %+v: want no failure counted and prompts handed back during the pause", s)
+	}
 }

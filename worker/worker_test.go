@@ -51,7 +51,13 @@ func setupRun(t *testing.T, m schema.Manifest, prompts int, opts provision.Optio
 // called; stop waits for Run to return.
 func (b *bundle) start(t *testing.T, cfg worker.Config, backendURL string) (w *worker.Worker, stop func()) {
 	t.Helper()
-	client, err := openai.New(openai.Config{BaseURL: backendURL})
+	return b.startClient(t, cfg, openai.Config{BaseURL: backendURL})
+}
+
+// startClient is start with a client configured by oc.
+func (b *bundle) startClient(t *testing.T, cfg worker.Config, oc openai.Config) (w *worker.Worker, stop func()) {
+	t.Helper()
+	client, err := openai.New(oc)
 	if err != nil {
 		t.Fatal(err)
 	}
