@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/aerie-dev/aerie/doctor"
@@ -17,25 +16,24 @@ func cmdWork(ctx context.Context, args []string) error {
 	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200] [--api-key-file F]")
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name")
-	backend := fs.String("backend", envOr("AERIE_BACKEND", "http://127.0.0.1:8000"), "OpenAI-compatible base URL of the LLM server (env AERIE_BACKEND)")
-	window := fs.Int("window", worker.DefaultWindow, "prompts in flight on this worker, exactly")
+	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
+	window := addWindowFlag(fs)
+	grace := addGraceFlag(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
-	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
-	grace := fs.Duration("grace", worker.DefaultGrace, "on SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back")
 	timeout := fs.Duration("request-timeout", openai.DefaultRequestTimeout, "per-request timeout: long reasoning answers take many minutes")
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
 	}
-	key, err := apiKey(*keyFile)
+	key, err := bf.apiKey()
 	if err != nil {
 		return err
 	}
-	client, err := openai.New(openai.Config{BaseURL: *backend, APIKey: key, RequestTimeout: *timeout})
+	client, err := openai.New(openai.Config{BaseURL: bf.url, APIKey: key, RequestTimeout: *timeout})
 	if err != nil {
 		return err
 	}
-	if err := preflightWorker(ctx, nf, *run, *backend, key, *window, log); err != nil {
+	if err := preflightWorker(ctx, nf, *run, bf.url, key, *window, log); err != nil {
 		return err
 	}
 	nc, js, err := connect(nf, "aerie-work", log)
@@ -48,23 +46,6 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	return w.Run(ctx)
-}
-
-// apiKey reads the backend API key from a file, or AERIE_API_KEY. It is
-// never logged.
-func apiKey(file string) (string, error) {
-	if file == "" {
-		return os.Getenv("AERIE_API_KEY"), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("--api-key-file: %w", err)
-	}
-	key := strings.TrimSpace(string(b))
-	if key == "" {
-		return "", fmt.Errorf("--api-key-file %s is empty", file)
-	}
-	return key, nil
 }
 
 // preflightWorker runs the doctor's preflight before a worker starts, so
