@@ -32,12 +32,22 @@ func checkHealth(ctx context.Context, s *session) Result {
 	if err := s.client.Health(ctx); err != nil {
 		return backendFailure(err)
 	}
-	return pass("%s/health answered 200 in %s", strings.TrimRight(s.cfg.Backend, "/"), formatDuration(time.Since(start)))
+	return pass("%s answered 200 in %s", healthURL(s.cfg.Backend), formatDuration(time.Since(start)))
+}
+
+// healthURL is the URL the health check probes: /health at the server's
+// root, which is backend without a trailing /v1 (openai.Client accepts
+// both forms and derives its endpoints the same way).
+func healthURL(backend string) string {
+	root := strings.TrimRight(strings.TrimSpace(backend), "/")
+	root = strings.TrimRight(strings.TrimSuffix(root, "/v1"), "/")
+	return root + "/health"
 }
 
 // checkModel lists the served models and looks for the run's model among
-// them. A worker pointed at a server of another model would turn every
-// prompt into a dead letter.
+// them: the manifest's, or the one given when there is no manifest yet. A
+// worker pointed at a server of another model would turn every prompt
+// into a dead letter.
 func checkModel(ctx context.Context, s *session) Result {
 	if s.cfg.Backend == "" {
 		return skip("no backend given (--backend)")
@@ -50,26 +60,29 @@ func checkModel(ctx context.Context, s *session) Result {
 		return backendFailure(err)
 	}
 	s.models, s.listed = models, true
-	ids := make([]string, len(models))
-	for i, m := range models {
-		ids[i] = m.ID
-	}
+	ids := modelIDs(models)
 	served := quoteList(ids, 10)
-	if s.manifest == nil {
-		if len(models) == 0 {
-			return fail("load a model in the backend", "the backend serves no model")
-		}
-		return skip("no run manifest to compare with; the backend serves %s", served)
+	if len(models) == 0 {
+		return fail("load a model in the backend", "the backend serves no model")
 	}
-	want := s.manifest.Model
+	var want, fix string
+	switch {
+	case s.manifest != nil:
+		want = s.manifest.Model
+		fix = fmt.Sprintf("point --backend at a server of %q, or produce the prompts as a new run with --model %s", want, suggestModel(ids))
+	case s.cfg.Model != "":
+		want = s.cfg.Model
+		fix = fmt.Sprintf("pass --model %s, or point --backend at a server of %q", suggestModel(ids), want)
+	default:
+		return skip("no run manifest to compare with, and no model given (--model); the backend serves %s", served)
+	}
 	m, ok := s.servedModel(want)
 	if !ok {
-		instead := "one of the served names"
-		if len(ids) == 1 {
-			instead = ids[0]
+		whose := "the run's model"
+		if s.manifest == nil {
+			whose = "the model given (no run manifest yet)"
 		}
-		return fail(fmt.Sprintf("point --backend at a server of %q, or produce the prompts as a new run with --model %s", want, instead),
-			"wrong model name: the backend serves %s, the run's model is %q", served, want)
+		return fail(fix, "wrong model name: the backend serves %s, %s is %q", served, whose, want)
 	}
 	detail := fmt.Sprintf("%q is served", want)
 	if m.MaxModelLen > 0 {

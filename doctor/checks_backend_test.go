@@ -1,14 +1,17 @@
 package doctor_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/simulator"
 )
 
@@ -105,4 +108,99 @@ func TestHungBackendTimesOut(t *testing.T) {
 		t.Errorf("doctor took %v with a 300ms check limit", took)
 	}
 	expect(t, rep, "backend", doctor.Fail, "canceled error", "deadline exceeded", "fix:did not answer in time")
+}
+
+// Before a run is produced there is no manifest; the model given is
+// checked instead, so that aerie run fails before it queues anything.
+func TestModelGivenWithoutManifest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Run = "not-produced-yet"
+	cfg.Model = "wrong/model"
+	rep := run(t, cfg)
+	expect(t, rep, "manifest", doctor.Warn)
+	expect(t, rep, "model", doctor.Fail,
+		`wrong model name: the backend serves ["test-model"], the model given (no run manifest yet) is "wrong/model"`,
+		"fix:pass --model test-model")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := doctor.Preflight(ctx, cfg); err == nil || !strings.Contains(err.Error(), "model: wrong model name") {
+		t.Errorf("preflight with a model the backend does not serve: %v", err)
+	}
+
+	cfg.Model = testModel
+	rep = run(t, cfg)
+	expect(t, rep, "model", doctor.Pass, `"test-model" is served`)
+	expect(t, rep, "completion", doctor.Pass, "the model given; no manifest yet")
+}
+
+// A --backend given with /v1 is probed at the server's root /health, and
+// the report names what was probed.
+func TestHealthNamesTheProbedURL(t *testing.T) {
+	t.Parallel()
+	var probed []string
+	var mu sync.Mutex
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		probed = append(probed, r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hs.Close)
+	rep := run(t, doctor.Config{Backend: hs.URL + "/v1/"})
+	r := expect(t, rep, "backend", doctor.Pass, hs.URL+"/health answered 200")
+	if strings.Contains(r.Detail, "/v1/health") {
+		t.Errorf("backend detail %q names /v1/health", r.Detail)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(probed) == 0 || probed[0] != "/health" {
+		t.Errorf("probed %v, want /health first", probed)
+	}
+}
+
+func TestRequireModel(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		served, model string
+		want          []string // in the error; none: no error
+	}{
+		{`{"id": "a"}`, "a", nil},
+		{`{"id": "a"}`, "b", []string{`http://backend does not serve model "b"; it serves ["a"]: pass --model a`}},
+		{`{"id": "a"}, {"id": "c"}`, "b", []string{`it serves ["a" "c"]: pass --model <one of them>`}},
+		{``, "b", []string{"serves no model"}},
+	} {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"object": "list", "data": [%s]}`, c.served)
+		}))
+		client, err := openai.New(openai.Config{BaseURL: hs.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = doctor.RequireModel(context.Background(), client, "http://backend", c.model)
+		hs.Close()
+		switch {
+		case c.want == nil && err != nil:
+			t.Errorf("served [%s], model %q: %v", c.served, c.model, err)
+		case c.want != nil && err == nil:
+			t.Errorf("served [%s], model %q: no error", c.served, c.model)
+		}
+		for _, w := range c.want {
+			if err != nil && !strings.Contains(err.Error(), w) {
+				t.Errorf("served [%s], model %q: error %q does not contain %q", c.served, c.model, err, w)
+			}
+		}
+	}
+
+	// A backend that is down fails within the check's time limit, naming
+	// the model it was checking.
+	client, err := openai.New(openai.Config{BaseURL: "http://" + closedPort(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doctor.RequireModel(context.Background(), client, "the backend", "b"); err == nil || !strings.Contains(err.Error(), `check that the backend serves model "b"`) {
+		t.Errorf("backend down: %v", err)
+	}
 }

@@ -53,6 +53,13 @@ type Config struct {
 	// Run is the run whose consumer, manifest and model are checked.
 	// Empty skips those checks. It must be a valid run name.
 	Run string
+	// Model is the model the run will generate with, for a run that has
+	// no manifest yet (aerie run before it queues, or before aerie
+	// produce): the model check looks for it among the served models and
+	// the test completion uses it. Once the run has a manifest, the
+	// manifest's model is checked and Model is not used. Empty: with no
+	// manifest the model check only lists what the backend serves.
+	Model string
 	// Backend is the OpenAI-compatible base URL of the LLM server, e.g.
 	// http://127.0.0.1:8000. Empty skips the backend checks.
 	Backend string
@@ -92,8 +99,8 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		key = "[redacted]"
 	}
-	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, Units: %q}",
-		redactURLs(c.NATSURL), c.Run, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.Units)
+	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Model: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, Units: %q}",
+		redactURLs(c.NATSURL), c.Run, c.Model, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.Units)
 }
 
 // GoString is String, so that %#v does not print the API key either.

@@ -63,10 +63,14 @@ func (s *session) scrub(text string) string {
 }
 
 // runModel is the model the run generates with: the manifest's, or, when
-// there is no manifest yet, the backend's only model. from says which.
+// there is no manifest yet, the one given in Config.Model, or else the
+// backend's only model. from says which.
 func (s *session) runModel() (model, from string, ok bool) {
 	if s.manifest != nil {
 		return s.manifest.Model, "the run's model", true
+	}
+	if s.cfg.Model != "" {
+		return s.cfg.Model, "the model given; no manifest yet", true
 	}
 	if s.listed && len(s.models) == 1 {
 		return s.models[0].ID, "the backend's only model; no manifest yet", true

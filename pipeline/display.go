@@ -81,7 +81,11 @@ func (s *Summary) Print(w io.Writer) {
 		fmt.Fprintf(w, "  paused       %s while the backend was down (%d prompts handed back)\n", s.Paused.Round(100*time.Millisecond), s.HandedBack)
 	}
 	fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
-	fmt.Fprintf(w, "  model        %s at %s\n", s.Model, s.BackendURL)
+	backend := "at " + s.BackendURL
+	if s.Simulated {
+		backend += " (built-in simulator)"
+	}
+	fmt.Fprintf(w, "  model        %s %s\n", s.Model, backend)
 	fmt.Fprintf(w, "  completions  %s\n", s.Completions)
 	fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
 	fmt.Fprintf(w, "  events       %s\n", s.EventsPath)

@@ -21,12 +21,12 @@ import (
 
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
-	"github.com/aerie-dev/aerie/worker"
 )
 
 // Config configures an all-in-one run.
@@ -41,7 +41,8 @@ type Config struct {
 	APIKey  string
 	Sim     simulator.Config
 	// Model defaults to the simulator's model, or to the backend's only
-	// model.
+	// model. A Model the backend does not serve is an error before
+	// anything is queued.
 	Model  string
 	Params schema.Params
 	Policy schema.Policy
@@ -89,11 +90,19 @@ type Summary struct {
 	Completions, FailedPath    string
 	EventsPath                 string
 	NATSURL, BackendURL, Model string
+	// Simulated is true when the answers came from the built-in
+	// simulator (no Backend given), not from a model.
+	Simulated bool
 }
 
 // Run runs the pipeline until every prompt is completed or failed, or ctx
 // ends (Ctrl-C): then workers stop pulling, in-flight prompts get the grace
 // period, and everything shuts down in order. Running it again resumes.
+//
+// Before anything is queued the backend must serve the run's model, so a
+// wrong --model fails within seconds and leaves no manifest behind. If
+// every worker stops with an error (none can start), Run ends with that
+// error instead of waiting for answers that cannot come.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	start := time.Now()
 	log := cfg.Logger
@@ -110,100 +119,37 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		cfg.Workers = 1
 	}
 
-	pcfg := producer.Config{
-		Run: cfg.Run, PromptsFile: cfg.PromptsFile,
-		Params: cfg.Params, Policy: cfg.Policy, SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
-	}
-
-	host, port, err := listenAddr(cfg.NATSListen)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(cfg.DataDir, "nats"), Host: host, Port: port,
-		SyncInterval: cfg.NATSSyncInterval, Logger: log})
+	srv, err := startBroker(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.Shutdown()
-	log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", filepath.Join(cfg.DataDir, "nats"))
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The simulator outlives ctx: after Ctrl-C the workers' in-flight
+	// prompts get their grace period against it.
+	var simDone sync.WaitGroup
+	defer simDone.Wait()
 	simCtx, stopSim := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSim()
-
-	backendURL := cfg.Backend
-	model := cfg.Model
-	if backendURL == "" {
-		sim, err := simulator.New(cfg.Sim)
-		if err != nil {
-			return nil, err
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pipeline: listen for the simulator: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sim.Serve(simCtx, l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("simulator stopped", "err", err)
-			}
-		}()
-		backendURL = "http://" + l.Addr().String()
-		if model == "" {
-			model = sim.Config().Model
-		}
-		log.Info("simulator ready", "url", backendURL, "model", sim.Config().Model, "speed", sim.Config().Speed, "max_num_seqs", sim.Config().MaxNumSeqs)
-	}
-	client, err := openai.New(openai.Config{BaseURL: backendURL, APIKey: cfg.APIKey})
+	be, err := startBackend(ctx, simCtx, &simDone, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	if model == "" {
-		if model, err = onlyModel(ctx, client); err != nil {
-			return nil, err
-		}
-	}
-	pcfg.Model = model
 	if cfg.Preflight != nil {
-		if err := cfg.Preflight(ctx, srv.ClientURL(), backendURL, model); err != nil {
+		if err := cfg.Preflight(ctx, srv.ClientURL(), be.url, be.model); err != nil {
 			return nil, err
 		}
 		log.Info("preflight passed")
 	}
 
-	conn := func(name string) (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := srv.Connect(nats.Name("aerie-"+name), nats.MaxReconnects(-1))
-		if err != nil {
-			return nil, nil, err
-		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		return nc, js, nil
-	}
-	nc, js, err := conn("run")
+	nc, js, err := connect(srv, "run")
 	if err != nil {
 		return nil, err
 	}
 	defer nc.Close()
-	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
+	if err := produce(ctx, js, cfg, be.model, log); err != nil {
 		return nil, err
 	}
-
-	// Produce first (idempotent: on a resume it finds every prompt
-	// queued), so that the manifest exists before anyone waits for it.
-	rep, err := producer.Run(ctx, js, pcfg)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
-		}
-		return nil, err
-	}
-	log.Info("prompts queued", "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
 
 	aggCtx, stopAgg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAgg()
@@ -220,51 +166,157 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	workStart := time.Now()
-	var all []*worker.Worker
-	var workers sync.WaitGroup
-	for i := range cfg.Workers {
-		wnc, wjs, err := conn(fmt.Sprintf("worker-%d", i+1))
-		if err != nil {
-			return nil, err
-		}
-		w, err := worker.New(worker.Config{Run: cfg.Run, Window: cfg.Window, Grace: cfg.Grace, Logger: log}, wjs, client)
-		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		all = append(all, w)
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			defer wnc.Close()
-			if err := w.Run(workCtx); err != nil {
-				log.Error("worker failed", "worker", w.Name(), "err", err)
-			}
-		}()
+	ws, err := startWorkers(workCtx, srv, cfg, be.client, log)
+	if err != nil {
+		stopAgg()
+		<-aggErr
+		return nil, err
 	}
 
-	var runErr error
-	select {
-	case <-agg.Done():
-	case <-ctx.Done():
-		log.Info("interrupted: stopping workers (run the same command again to resume)")
-	case runErr = <-aggErr:
-		aggErr <- runErr
-	}
+	runErr := waitForEnd(ctx, agg, aggErr, ws, log)
 	stopWork()
-	workers.Wait()
+	ws.wait()
 	workTime := time.Since(workStart)
 	stopAgg()
 	if err := <-aggErr; err != nil && runErr == nil {
 		runErr = err
 	}
 	stopSim()
+	return summarize(cfg, start, workTime, srv, be, agg, ws), runErr
+}
 
-	// Rates of this invocation, from the workers' own counters: on a
-	// resume they cover only the prompts generated this time.
+// waitForEnd waits until the run is done, ctx ends, the aggregator fails
+// or every worker has stopped, and returns the error that ends the run,
+// if any. An error of the aggregator is put back in aggErr for the caller.
+func waitForEnd(ctx context.Context, agg *aggregator.Aggregator, aggErr chan error, ws *workers, log *slog.Logger) error {
+	select {
+	case <-agg.Done():
+		return nil
+	case err := <-aggErr:
+		aggErr <- err
+		return err
+	case <-ctx.Done():
+	case <-ws.stopped:
+		if ctx.Err() == nil {
+			return ws.err()
+		}
+	}
+	log.Info("interrupted: stopping workers (run the same command again to resume)")
+	return nil
+}
+
+// startBroker starts the embedded NATS server, its store under DataDir.
+func startBroker(cfg Config, log *slog.Logger) (*broker.Server, error) {
+	host, port, err := listenAddr(cfg.NATSListen)
+	if err != nil {
+		return nil, err
+	}
+	store := filepath.Join(cfg.DataDir, "nats")
+	srv, err := broker.Start(broker.Config{StoreDir: store, Host: host, Port: port,
+		SyncInterval: cfg.NATSSyncInterval, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", store)
+	return srv, nil
+}
+
+// connect opens a connection to the embedded server that reconnects
+// forever, and a JetStream context on it.
+func connect(srv *broker.Server, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := srv.Connect(nats.Name("aerie-"+name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// backend is the LLM server the run generates with.
+type backend struct {
+	url       string
+	client    *openai.Client
+	model     string
+	simulated bool // the built-in simulator, started by Run
+}
+
+// startBackend connects to cfg.Backend, or starts the simulator when it
+// is empty (serving until simCtx ends, done on wg), and settles the
+// run's model: the one given, which the backend must serve, or else the
+// simulator's or the backend's only model.
+func startBackend(ctx, simCtx context.Context, wg *sync.WaitGroup, cfg Config, log *slog.Logger) (*backend, error) {
+	be := &backend{url: cfg.Backend, model: cfg.Model, simulated: cfg.Backend == ""}
+	where := "the backend at " + cfg.Backend
+	if be.simulated {
+		sim, err := simulator.New(cfg.Sim)
+		if err != nil {
+			return nil, err
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: listen for the simulator: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sim.Serve(simCtx, l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("simulator stopped", "err", err)
+			}
+		}()
+		be.url = "http://" + l.Addr().String()
+		where = "the built-in simulator"
+		if be.model == "" {
+			be.model = sim.Config().Model
+		}
+		log.Info("simulator ready", "url", be.url, "model", sim.Config().Model, "speed", sim.Config().Speed, "max_num_seqs", sim.Config().MaxNumSeqs)
+	}
+	var err error
+	if be.client, err = openai.New(openai.Config{BaseURL: be.url, APIKey: cfg.APIKey}); err != nil {
+		return nil, err
+	}
+	switch {
+	case be.model == "":
+		be.model, err = onlyModel(ctx, be.client)
+	case cfg.Model != "":
+		err = doctor.RequireModel(ctx, be.client, where, be.model)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return be, nil
+}
+
+// produce queues the prompts (idempotent: on a resume it finds every
+// prompt queued), so that the manifest exists before anyone waits for it.
+func produce(ctx context.Context, js jetstream.JetStream, cfg Config, model string, log *slog.Logger) error {
+	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
+		return err
+	}
+	rep, err := producer.Run(ctx, js, producer.Config{
+		Run: cfg.Run, PromptsFile: cfg.PromptsFile, Model: model,
+		Params: cfg.Params, Policy: cfg.Policy, SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
+		}
+		return err
+	}
+	log.Info("prompts queued", "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
+	return nil
+}
+
+// summarize reports what the run did. Rates are this invocation's, from
+// the workers' own counters: on a resume they cover only the prompts
+// generated this time.
+func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.Server, be *backend, agg *aggregator.Aggregator, ws *workers) *Summary {
 	var completed, tokens, handedBack int64
 	var paused time.Duration
-	for _, w := range all {
+	for _, w := range ws.all {
 		s := w.Stats()
 		completed += s.Completed
 		tokens += s.TokensStreamed
@@ -281,8 +333,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		Completions: filepath.Join(agg.Dir(), aggregator.CompletionsFile),
 		FailedPath:  filepath.Join(agg.Dir(), aggregator.FailedFile),
 		EventsPath:  filepath.Join(agg.Dir(), aggregator.EventsFile),
-		NATSURL:     srv.ClientURL(), BackendURL: backendURL, Model: model,
-	}, runErr
+		NATSURL:     srv.ClientURL(), BackendURL: be.url, Model: be.model, Simulated: be.simulated,
+	}
 }
 
 func listenAddr(s string) (string, int, error) {

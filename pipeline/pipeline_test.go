@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,15 +150,36 @@ func TestInterruptAndResume(t *testing.T) {
 
 // A 60-second backend outage (simulated time) in the middle of a run:
 // workers pause instead of spending attempts, and the run ends with every
-// prompt completed and no dead letter.
+// prompt completed and no dead letter. The outage begins once prompts are
+// completing, through the simulator's admin API, so that it meets
+// requests in flight however slowly the run starts.
 func TestOutageMidRun(t *testing.T) {
 	const n = 600
 	cfg := config(t, "outage", promptsFile(t, n))
 	cfg.Sim.Speed = 100
-	cfg.Sim.Faults.Outages = []simulator.Outage{{Start: 60 * time.Second, Duration: 60 * time.Second, Mode: simulator.OutageRefuse}}
+	cfg.Backend = serveSim(t, cfg.Sim)
+
+	var triggered atomic.Bool
+	began := make(chan error, 1)
+	cfg.OnEvent = func(s schema.Throughput) {
+		if s.Completed >= n/10 && triggered.CompareAndSwap(false, true) {
+			go func() { began <- beginOutage(cfg.Backend, "refuse", 60*time.Second) }()
+		}
+	}
 	sum, err := pipeline.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !triggered.Load() {
+		t.Fatalf("no event saw %d prompts completed: no outage began", n/10)
+	}
+	select {
+	case err := <-began:
+		if err != nil {
+			t.Fatalf("begin the outage: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the simulator did not answer the outage request within a minute")
 	}
 	if !sum.Done || sum.Completed != n || sum.Failed != 0 {
 		t.Fatalf("after the outage: %d completed, %d failed, done %v; want %d, 0, true", sum.Completed, sum.Failed, sum.Done, n)
@@ -164,4 +189,43 @@ func TestOutageMidRun(t *testing.T) {
 	}
 	t.Logf("outage of 60s simulated (%.1fs wall): paused %v in total, %d prompts handed back, 0 dead letters",
 		60/cfg.Sim.Speed, sum.Paused.Round(time.Millisecond), sum.HandedBack)
+}
+
+// serveSim serves a simulator on a loopback port until the test ends and
+// returns its URL.
+func serveSim(t *testing.T, cfg simulator.Config) string {
+	t.Helper()
+	sim, err := simulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("simulator: %v", err)
+		}
+	})
+	return "http://" + l.Addr().String()
+}
+
+// beginOutage starts an outage of the simulator at url through its admin
+// API; d is simulated time.
+func beginOutage(url, mode string, d time.Duration) error {
+	resp, err := http.Post(fmt.Sprintf("%s/admin/outage?mode=%s&duration=%s", url, mode, d), "", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, body)
+	}
+	return nil
 }

@@ -10,7 +10,7 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	fs, lf := newFlags("aggregate", "--run NAME [--data-dir /data]")
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name")
-	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", aggregator.DefaultDataDir), "output root: writes <data-dir>/<run>/completions.jsonl, failed.jsonl, events.jsonl (env AERIE_DATA_DIR)")
+	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
 	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run is completed or failed")
 	log, err := parseRunFlags(fs, lf, args, run)

@@ -9,31 +9,31 @@ import (
 )
 
 func cmdDoctor(ctx context.Context, args []string) error {
-	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
+	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
-	backend := fs.String("backend", os.Getenv("AERIE_BACKEND"), "OpenAI-compatible base URL of the LLM server (env AERIE_BACKEND; empty: skip the backend checks)")
-	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
-	dataDir := fs.String("data-dir", os.Getenv("AERIE_DATA_DIR"), "aggregator output root; checks <data-dir>/<run> is writable and has room (env AERIE_DATA_DIR; empty: skip)")
+	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
+	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
+	dataDir := addDataDirFlag(fs, "", "checks that <data-dir>/<run> is writable and has room; empty: skip")
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
 	workers := fs.Int("workers", doctor.DefaultWorkers, "workers that will share the run (GPU hosts); MaxAckPending must cover workers x window")
-	window := fs.Int("window", doctor.DefaultWindow, "prompts in flight per worker (aerie work --window)")
+	window := addWindowFlag(fs)
 	units := fs.String("units", "", "systemd unit file, or directory of *.service files, whose Exec commands to check (empty: skip)")
 	timeout := fs.Duration("timeout", doctor.DefaultCheckTimeout, "time limit of each check but the test completion and the prompts scan (5m)")
 	completion := fs.Duration("completion-timeout", doctor.DefaultCompletionTimeout, "time limit of the test completion (it may queue behind a busy batch)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if _, err := lf.logger(os.Stderr); err != nil {
 		return err
 	}
-	key, err := apiKey(*keyFile)
+	key, err := bf.apiKey()
 	if err != nil {
 		return err
 	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSCreds: nf.creds, Run: *run,
-		Backend: *backend, APIKey: key,
+		NATSURL: nf.url, NATSCreds: nf.creds, Run: *run, Model: *model,
+		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: *window, Units: *units,
 		CheckTimeout: *timeout, CompletionTimeout: *completion,

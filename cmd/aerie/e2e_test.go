@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,9 +29,7 @@ import (
 // producer, each its own aerie process. AERIE_E2E_PROMPTS sets the size
 // (default 2,000).
 func TestSeparateProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
+	bin := buildAerie(t)
 	n := 2000
 	if s := os.Getenv("AERIE_E2E_PROMPTS"); s != "" {
 		var err error
@@ -39,11 +38,6 @@ func TestSeparateProcesses(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "aerie")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 	natsAddr, simAddr := freeAddr(t), freeAddr(t)
 	natsURL := "nats://" + natsAddr
 	data := filepath.Join(dir, "data")
@@ -157,12 +151,68 @@ type proc struct {
 	done           chan error
 }
 
+// testVersion is the version the test binary is built with.
+const testVersion = "v0.0.0-e2e"
+
+// built is the binary under test, built once for every test that needs
+// it, in a directory TestMain removes.
+var built struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// buildAerie builds the aerie binary (once) and returns its path; with
+// -short it skips the test instead.
+func buildAerie(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "aerie-e2e-"); built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "aerie")
+		out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", built.bin, ".").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatalf("build: %v", built.err)
+	}
+	return built.bin
+}
+
 // aerie starts the binary and returns without waiting.
 func aerie(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
+	return aerieEnv(t, bin, nil, args...)
+}
+
+// aerieEnv starts the binary in an environment without any AERIE_
+// variable of the test's own but env (KEY=value), and returns without
+// waiting.
+func aerieEnv(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	p.cmd.Env = append(os.Environ(), "AERIE_LOG_LEVEL=warn")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AERIE_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, "AERIE_LOG_LEVEL=warn")
+	p.cmd.Env = append(p.cmd.Env, env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func cmdGen(_ context.Context, args []string) error {
 	count := fs.Int("count", 25000, "number of prompts")
 	out := fs.String("out", "", "output JSONL file")
 	seed := fs.Int64("seed", 1, "seed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *out == "" || *count < 1 {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -32,46 +33,114 @@ var commands = []command{
 	{"gen-prompts", "write synthetic prompts (all accepted input shapes) for rehearsals", cmdGen},
 	{"server", "run an embedded NATS server with JetStream, for several aerie processes on one machine", cmdServer},
 	{"doctor", "check NATS, streams, the run's consumer and manifest, backend, model, context length, data dir and units before a run", cmdDoctor},
-	{"version", "print the version", func(context.Context, []string) error { fmt.Println("aerie", version); return nil }},
+	{"version", "print the version (also aerie --version)", cmdVersion},
 }
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // the command failed
+	exitUsage = 2 // no command, or an unknown one
+)
 
 func usage() {
 	fmt.Fprintf(os.Stderr, "aerie turns prompts into training data through LLM servers, reliably, over NATS JetStream.\n\nUsage: aerie <command> [flags]\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(os.Stderr, "  %-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'aerie <command> -h' for a command's flags.\n")
+	fmt.Fprintf(os.Stderr, "\nRun 'aerie help <command>' or 'aerie <command> -h' for a command's flags.\n")
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+	os.Exit(aerie(os.Args[1:]))
+}
+
+// aerie runs the command named by args[0] and returns the exit status.
+func aerie(args []string) int {
+	if len(args) == 0 {
 		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
-		return
+		return exitUsage
 	}
-	name := os.Args[1]
-	for _, c := range commands {
-		if c.name != name {
-			continue
-		}
-		// The first SIGINT/SIGTERM asks for a clean stop; a second one
-		// kills the process as usual.
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		go func() { <-ctx.Done(); stop() }()
-		err := c.run(ctx, os.Args[2:])
-		stop()
-		if err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				os.Exit(0)
-			}
-			fmt.Fprintf(os.Stderr, "aerie %s: %v\n", name, err)
-			os.Exit(1)
-		}
-		return
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		return help(args[1:])
+	case "-version", "--version":
+		return runCommand(lookup("version"), nil)
 	}
-	fmt.Fprintf(os.Stderr, "aerie: unknown command %q\n\n", name)
-	usage()
-	os.Exit(2)
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "aerie: unknown command %q\n\n", args[0])
+		usage()
+		return exitUsage
+	}
+	return runCommand(c, args[1:])
+}
+
+// help prints the general usage, or with a command's name that
+// command's usage and flags, as `aerie <command> -h` does.
+func help(args []string) int {
+	if len(args) == 0 || args[0] == "help" {
+		usage()
+		return exitOK
+	}
+	c := lookup(args[0])
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "aerie help: unknown command %q\n\n", args[0])
+		usage()
+		return exitUsage
+	}
+	return runCommand(c, []string{"-h"})
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// runCommand runs c with its arguments until it returns or is
+// interrupted, prints its error and returns the exit status.
+func runCommand(c *command, args []string) int {
+	// The first SIGINT/SIGTERM asks for a clean stop; a second one kills
+	// the process as usual.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	err := c.run(ctx, args)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	}
+	fmt.Fprintf(os.Stderr, "aerie %s: %s\n", c.name, withoutOwnName(c.name, err.Error()))
+	return exitError
+}
+
+// withoutOwnName drops the command's name from the start of msg where a
+// package began its error with it ("produce: ...", "produce run x: ...",
+// "reconcile stopped at ..."), since "aerie <command>: " is printed
+// before it. For run only "run: " goes: in "run x has no manifest" the
+// word names a run.
+func withoutOwnName(name, msg string) string {
+	if rest, ok := strings.CutPrefix(msg, name+": "); ok {
+		return rest
+	}
+	if name == "run" {
+		return msg
+	}
+	if rest, ok := strings.CutPrefix(msg, name+" "); ok {
+		return rest
+	}
+	return msg
+}
+
+func cmdVersion(_ context.Context, args []string) error {
+	fs, _ := newFlags("version", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fmt.Println("aerie", version)
+	return nil
 }

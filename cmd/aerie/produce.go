@@ -5,8 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 
+	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -40,7 +43,7 @@ func addPolicyFlags(fs *flag.FlagSet, p *schema.Policy) {
 }
 
 func cmdProduce(ctx context.Context, args []string) error {
-	fs, lf := newFlags("produce", "--run NAME --prompts FILE --model M [--max-tokens N] [--temperature T] [--top-p P]")
+	fs, lf := newFlags("produce", "--run NAME --prompts FILE --model M [--backend URL] [--max-tokens N] [--temperature T] [--top-p P]")
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name (letters, digits, '-', '_')")
 	prompts := fs.String("prompts", "", "JSONL file of prompts: {id, messages}, {id, conversations} or {id, prompt}")
@@ -48,6 +51,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "validate the file and print what would be queued; publish nothing")
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name as the backend serves it (required)")
+	bf := addBackendFlags(fs, "", "when given, it must serve --model before anything is queued; empty: no check")
 	var policy schema.Policy
 	addPolicyFlags(fs, &policy)
 	var prov provision.Options
@@ -65,6 +69,11 @@ func cmdProduce(ctx context.Context, args []string) error {
 	cfg := producer.Config{
 		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(), Policy: policy,
 		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov,
+	}
+	if sf.model != "" {
+		if err := checkModel(ctx, bf, sf.model, log); err != nil {
+			return err
+		}
 	}
 	if *dryRun {
 		if cfg.Model == "" {
@@ -91,5 +100,27 @@ func cmdProduce(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("run %s: %d prompts valid, %d newly queued, %d already queued, %d invalid skipped, in %s\n",
 		*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Invalid, rep.Elapsed.Round(1e6))
+	return nil
+}
+
+// checkModel makes sure the backend of --backend, if given, serves model,
+// before anything is queued: a run produced for a model that no worker's
+// backend serves never starts, and its manifest keeps the wrong model.
+func checkModel(ctx context.Context, bf *backendFlags, model string, log *slog.Logger) error {
+	if bf.url == "" {
+		return nil
+	}
+	key, err := bf.apiKey()
+	if err != nil {
+		return err
+	}
+	client, err := openai.New(openai.Config{BaseURL: bf.url, APIKey: key})
+	if err != nil {
+		return fmt.Errorf("--backend: %w", err)
+	}
+	if err := doctor.RequireModel(ctx, client, "the backend at "+bf.url, model); err != nil {
+		return err
+	}
+	log.Info("the backend serves the model", "backend", bf.url, "model", model)
 	return nil
 }

@@ -30,14 +30,11 @@ func cmdReconcile(ctx context.Context, args []string) error {
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name")
 	prompts := fs.String("prompts", "", "the JSONL file the run was produced from")
-	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", aggregator.DefaultDataDir), "output root: reads <data-dir>/<run>/completions.jsonl and failed.jsonl (env AERIE_DATA_DIR)")
+	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
 	dryRun := fs.Bool("dry-run", false, "print what would be requeued and change nothing")
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: every input is a flag (see aerie reconcile -h)", fs.Arg(0))
 	}
 	if *prompts == "" {
 		return errors.New("--prompts is required: the JSONL file the run was produced from")

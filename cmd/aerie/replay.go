@@ -39,9 +39,6 @@ func cmdReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: every input is a flag (see aerie replay -h)", fs.Arg(0))
-	}
 	if *maxTokens < 0 {
 		return errors.New("--max-tokens must not be negative")
 	}

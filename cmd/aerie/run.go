@@ -12,19 +12,17 @@ import (
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
-	"github.com/aerie-dev/aerie/worker"
 )
 
 func cmdRun(ctx context.Context, args []string) error {
 	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N] [--sim-speed X ...]")
 	run := fs.String("run", "", "run name")
 	prompts := fs.String("prompts", "", "JSONL file of prompts")
-	dataDir := fs.String("data-dir", "./data", "output root and NATS store")
-	backend := fs.String("backend", "", "OpenAI-compatible base URL; empty runs the built-in simulator (--sim-* flags)")
-	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY)")
+	dataDir := addDataDirFlag(fs, "./data", "the embedded NATS server's store is <data-dir>/nats")
+	bf := addBackendFlags(fs, "", "empty: the built-in simulator (--sim-* flags)")
 	workers := fs.Int("workers", 1, "workers in this process")
-	window := fs.Int("window", worker.DefaultWindow, "prompts in flight per worker")
-	grace := fs.Duration("grace", worker.DefaultGrace, "on Ctrl-C, time in-flight prompts get to finish")
+	window := addWindowFlag(fs)
+	grace := addGraceFlag(fs)
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
@@ -33,7 +31,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	var policy schema.Policy
 	addPolicyFlags(fs, &policy)
 	sim := addSimFlags(fs, "sim-")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := requireRun(*run); err != nil {
@@ -42,7 +40,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	if *prompts == "" {
 		return errors.New("--prompts is required: a JSONL file of prompts (make run generates one)")
 	}
-	key, err := apiKey(*keyFile)
+	key, err := bf.apiKey()
 	if err != nil {
 		return err
 	}
@@ -71,14 +69,14 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
-		Backend: *backend, APIKey: key, Sim: *sim,
+		Backend: bf.url, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Logger: log,
-		Preflight: func(ctx context.Context, natsURL, backendURL, _ string) error {
+		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
-				NATSURL: natsURL, Run: *run, Backend: backendURL, APIKey: key,
+				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
 				DataDir: *dataDir, Workers: *workers, Window: *window,
 			})
 		},

@@ -13,8 +13,8 @@ import (
 func cmdServer(ctx context.Context, args []string) error {
 	fs, lf := newFlags("server", "[--listen 127.0.0.1:4222] [--store DIR]")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port for clients")
-	store := fs.String("store", "./data/nats", "JetStream store directory")
-	if err := fs.Parse(args); err != nil {
+	store := fs.String("store", defaultStore(), "JetStream store directory (with AERIE_DATA_DIR set: its nats/ subdirectory, where aerie run keeps its store)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log, err := lf.logger(os.Stderr)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/aerie-dev/aerie/doctor"
@@ -17,26 +16,28 @@ func cmdWork(ctx context.Context, args []string) error {
 	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200] [--api-key-file F]")
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name")
-	backend := fs.String("backend", envOr("AERIE_BACKEND", "http://127.0.0.1:8000"), "OpenAI-compatible base URL of the LLM server (env AERIE_BACKEND)")
-	window := fs.Int("window", worker.DefaultWindow, "prompts in flight on this worker, exactly")
+	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
+	window := addWindowFlag(fs)
+	grace := addGraceFlag(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
-	keyFile := fs.String("api-key-file", "", "file holding the backend API key (default: env AERIE_API_KEY, or none)")
-	grace := fs.Duration("grace", worker.DefaultGrace, "on SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back")
-	timeout := fs.Duration("request-timeout", 0, fmt.Sprintf("cap on one answer from request to last token, however steadily it streams; 0 means no cap (a request still fails when no first token comes within %v, or no byte for %v after it)",
-		openai.DefaultFirstTokenTimeout, openai.DefaultIdleTimeout))
+	firstToken := fs.Duration("first-token-timeout", openai.DefaultFirstTokenTimeout, "a request fails (and is tried again) when its first token has not come this long after it was sent; generous, since vLLM queues requests behind a full batch")
+	idle := fs.Duration("idle-timeout", openai.DefaultIdleTimeout, "a request fails (and is tried again) when the server sends nothing for this long after its first token; a long answer that keeps streaming never does")
+	total := fs.Duration("request-timeout", 0, "optional cap on one answer from request to last token, however steadily it streams (0: no cap)")
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
 	}
-	key, err := apiKey(*keyFile)
+	key, err := bf.apiKey()
 	if err != nil {
 		return err
 	}
-	client, err := openai.New(openai.Config{BaseURL: *backend, APIKey: key, RequestTimeout: *timeout})
+	oc := bf.clientConfig()
+	oc.FirstTokenTimeout, oc.IdleTimeout, oc.RequestTimeout = *firstToken, *idle, *total
+	client, err := openai.New(oc)
 	if err != nil {
 		return err
 	}
-	if err := preflightWorker(ctx, nf, *run, *backend, key, *window, log); err != nil {
+	if err := preflightWorker(ctx, nf, *run, bf.url, key, *window, log); err != nil {
 		return err
 	}
 	nc, js, err := connect(nf, "aerie-work", log)
@@ -49,23 +50,6 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	return w.Run(ctx)
-}
-
-// apiKey reads the backend API key from a file, or AERIE_API_KEY. It is
-// never logged.
-func apiKey(file string) (string, error) {
-	if file == "" {
-		return os.Getenv("AERIE_API_KEY"), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("--api-key-file: %w", err)
-	}
-	key := strings.TrimSpace(string(b))
-	if key == "" {
-		return "", fmt.Errorf("--api-key-file %s is empty", file)
-	}
-	return key, nil
 }
 
 // preflightWorker runs the doctor's preflight before a worker starts, so

@@ -1,0 +1,82 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// workers are the run's workers, each with its own connection.
+type workers struct {
+	all []*worker.Worker
+	wg  sync.WaitGroup
+	// stopped is closed once every worker has returned. Before the run
+	// is done that means none is left to generate: each failed to start
+	// (a worker returns early only then) or ctx ended.
+	stopped chan struct{}
+
+	mu     sync.Mutex
+	failed []error // why workers stopped, in the order they did
+}
+
+// startWorkers starts cfg.Workers workers, each running until ctx ends.
+// Every worker is made before any starts, so that a failure leaves none
+// running.
+func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *openai.Client, log *slog.Logger) (*workers, error) {
+	ws := &workers{stopped: make(chan struct{})}
+	conns := make([]*nats.Conn, 0, cfg.Workers)
+	for i := range cfg.Workers {
+		nc, js, err := connect(srv, fmt.Sprintf("worker-%d", i+1))
+		if err == nil {
+			conns = append(conns, nc)
+			var w *worker.Worker
+			if w, err = worker.New(worker.Config{Run: cfg.Run, Window: cfg.Window, Grace: cfg.Grace, Logger: log}, js, client); err == nil {
+				ws.all = append(ws.all, w)
+			}
+		}
+		if err != nil {
+			for _, nc := range conns {
+				nc.Close()
+			}
+			return nil, err
+		}
+	}
+	for i, w := range ws.all {
+		ws.wg.Add(1)
+		go func() {
+			defer ws.wg.Done()
+			defer conns[i].Close()
+			if err := w.Run(ctx); err != nil {
+				log.Error("worker failed", "worker", w.Name(), "err", err)
+				ws.mu.Lock()
+				ws.failed = append(ws.failed, err)
+				ws.mu.Unlock()
+			}
+		}()
+	}
+	go func() {
+		ws.wg.Wait()
+		close(ws.stopped)
+	}()
+	return ws, nil
+}
+
+// wait waits until every worker has returned.
+func (ws *workers) wait() { ws.wg.Wait() }
+
+// err says why every worker stopped before the run was done.
+func (ws *workers) err() error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if len(ws.failed) == 0 {
+		return fmt.Errorf("all %d workers stopped before the run was done", len(ws.all))
+	}
+	return fmt.Errorf("all %d workers stopped, so no prompt can be generated; %d failed, the first with: %w", len(ws.all), len(ws.failed), ws.failed[0])
+}
