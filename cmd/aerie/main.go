@@ -11,6 +11,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/broker"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,6 +44,10 @@ const (
 	exitOK    = 0
 	exitError = 1 // the command failed
 	exitUsage = 2 // no command, or an unknown one
+	// exitInUse: another process holds what this one needs (the run's
+	// output, a NATS store). Restarting cannot help until an operator
+	// acts, so deploy/'s units do not restart on it.
+	exitInUse = 3
 )
 
 func usage() {
@@ -115,6 +122,11 @@ func runCommand(c *command, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(os.Stderr, "aerie %s: %s\n", c.name, withoutOwnName(c.name, err.Error()))
+	var held *aggregator.HeldError
+	var store *broker.StoreInUseError
+	if errors.As(err, &held) || errors.As(err, &store) {
+		return exitInUse
+	}
 	return exitError
 }
 

@@ -83,7 +83,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %d lines, %d valid, %d invalid; nothing published (--dry-run)\n", *prompts, rep.Lines, rep.Valid, rep.Invalid)
+		fmt.Printf("%s: %d lines, %d valid, %d invalid, prompts digest %s; nothing published (--dry-run)\n", *prompts, rep.Lines, rep.Valid, rep.Invalid, rep.PromptsDigest)
 		return nil
 	}
 	if sf.model == "" {

@@ -19,10 +19,11 @@ Poison dead letters (the prompt message could not be decoded) hold no
 prompt and are only listed. If replay is interrupted, run it again: it
 finishes what it started and never queues a prompt twice.
 
-failed.jsonl is left as it is: a replayed prompt keeps its line there until
-it completes, then the aggregator writes its completion and removes that
-line. A replayed prompt that fails again keeps its earlier line; its new
-dead letter holds the latest failure.
+The aggregator keeps failed.jsonl in line with the dead letters: a replayed
+prompt's line leaves it once its dead letter is gone, and the run is not
+done until the prompt has its new outcome: a completion, or a new failed
+line with its latest failure. An aggregator run with --exit-when-done that
+has exited must be started again to write them.
 `
 
 func cmdReplay(ctx context.Context, args []string) error {

@@ -44,6 +44,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if key == "" && bf.url == "" {
+		key = sim.APIKey // the built-in simulator's --sim-api-key
+	}
 
 	// On a terminal the live display owns stderr; the full log goes to a
 	// file beside the outputs.

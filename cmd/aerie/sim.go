@@ -59,7 +59,7 @@ func cmdSim(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8000", "host:port to serve on")
 	cfg := addSimFlags(fs, "")
 	fs.Lookup("api-key").Usage += " (default: env " + apiKeyEnv + ")"
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if cfg.APIKey == "" {
