@@ -28,7 +28,10 @@ import (
 //	AERIE_CHAOS_AGGREGATOR_KILL_EVERY=0      also kill it at about this interval (stress)
 //	AERIE_CHAOS_NATS_RESTARTS_AT=0.5         ... at which the NATS server is stopped and restarted
 //	AERIE_CHAOS_REPLAYS_AT=0.4               ... at which `aerie replay` requeues every dead letter
-//	AERIE_CHAOS_FAULTS=429=0.007,500=0.007,503=0.006,hang=0.005,disconnect=0.005
+//	AERIE_CHAOS_SECOND_AGGREGATORS_AT=0.45   ... at which a second aggregator is started beside the first
+//	AERIE_CHAOS_KEY_ROTATIONS_AT=0.65        ... at which the simulator's API key changes
+//	AERIE_CHAOS_REPLAY_AFTER_DONE=1          replay every dead letter once the run is done (0: not)
+//	AERIE_CHAOS_FAULTS=400=0.004,429=0.007,500=0.007,503=0.006,hang=0.005,disconnect=0.005,stream-error=0.005
 //	                            the simulator's fault rates (kinds not named keep theirs)
 //	AERIE_CHAOS_NATS_STOP=kill  how the NATS server is stopped: kill (SIGKILL) or term (SIGTERM)
 //	AERIE_CHAOS_NATS_DOWN=2s    how long it stays down
@@ -109,6 +112,12 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	if len(o.Unparseable) > 0 || len(o.Unknown) > 0 {
 		t.Errorf("seed %d: %d unparseable lines, %d ids not in the input", cfg.Seed, len(o.Unparseable), len(o.Unknown))
 	}
+	if len(o.AnsweredNotWritten) > 0 {
+		t.Errorf("seed %d: %d prompts have a stored answer that is not in completions.jsonl", cfg.Seed, len(o.AnsweredNotWritten))
+	}
+	if rep.Kills.Refused != rep.Kills.SecondAggregators {
+		t.Errorf("seed %d: %d second aggregators started, %d gave up", cfg.Seed, rep.Kills.SecondAggregators, rep.Kills.Refused)
+	}
 	if len(o.Unreplayable) > 0 {
 		t.Errorf("seed %d: %d prompts in failed.jsonl have no dead letter (nor a result): `aerie replay` cannot reach them", cfg.Seed, len(o.Unreplayable))
 	}
@@ -186,6 +195,9 @@ func applyEnv(t *testing.T, c *chaos.Config) {
 	env("AERIE_CHAOS_AGGREGATOR_KILLS_AT", shares(&c.AggregatorKillsAt))
 	env("AERIE_CHAOS_NATS_RESTARTS_AT", shares(&c.NATSRestartsAt))
 	env("AERIE_CHAOS_REPLAYS_AT", shares(&c.ReplaysAt))
+	env("AERIE_CHAOS_SECOND_AGGREGATORS_AT", shares(&c.SecondAggregatorsAt))
+	env("AERIE_CHAOS_KEY_ROTATIONS_AT", shares(&c.KeyRotationsAt))
+	env("AERIE_CHAOS_REPLAY_AFTER_DONE", func(s string) (err error) { c.ReplayAfterDone, err = strconv.ParseBool(s); return err })
 	env("AERIE_CHAOS_FAULTS", func(s string) error { return faults(c, s) })
 	env("AERIE_CHAOS_KILL_EVERY", duration(&c.WorkerKillEvery))
 	env("AERIE_CHAOS_AGGREGATOR_KILL_EVERY", duration(&c.AggregatorKillEvery))
@@ -213,13 +225,13 @@ func shares(dst *[]float64) func(string) error {
 
 // faults parses KIND=RATE,... into the simulator's fault rates.
 func faults(c *chaos.Config, s string) error {
-	rates := map[string]*float64{"429": &c.Rate429, "500": &c.Rate500, "503": &c.Rate503,
-		"hang": &c.HangRate, "disconnect": &c.DisconnectRate}
+	rates := map[string]*float64{"400": &c.Rate400, "429": &c.Rate429, "500": &c.Rate500, "503": &c.Rate503,
+		"hang": &c.HangRate, "disconnect": &c.DisconnectRate, "stream-error": &c.StreamErrorRate}
 	for _, item := range strings.Split(s, ",") {
 		kind, rate, ok := strings.Cut(strings.TrimSpace(item), "=")
 		dst := rates[kind]
 		if !ok || dst == nil {
-			return fmt.Errorf("%q: want KIND=RATE with KIND one of 429, 500, 503, hang, disconnect", item)
+			return fmt.Errorf("%q: want KIND=RATE with KIND one of 400, 429, 500, 503, hang, disconnect, stream-error", item)
 		}
 		v, err := strconv.ParseFloat(rate, 64)
 		if err != nil {

@@ -43,10 +43,11 @@ type Config struct {
 	// WindowMin and WindowMax bound each worker's --window, drawn at
 	// random for every worker started.
 	WindowMin, WindowMax int
-	// RequestTimeout is the workers' --request-timeout. A hung request
-	// holds its slot until then, so it must be short; every answer that
-	// is not hung must take less (see MaxTokens and Speed).
-	RequestTimeout time.Duration
+	// StallTimeout is the workers' --first-token-timeout and
+	// --idle-timeout. A hung request holds its slot until then, so it
+	// must be short; no answer that is not hung may wait that long for
+	// its first token or between two tokens (see Speed).
+	StallTimeout time.Duration
 	// AckWait is produce's --ack-wait: how soon the prompts of a killed
 	// worker come back.
 	AckWait time.Duration
@@ -69,10 +70,12 @@ type Config struct {
 	// MaxNumSeqs is the simulator's running-sequence cap; above the total
 	// of the windows, nothing queues inside the simulator.
 	MaxNumSeqs int
-	// Rate429, Rate500, Rate503, HangRate and DisconnectRate are the
-	// simulator's --fault-* shares of requests.
-	Rate429, Rate500, Rate503 float64
-	HangRate, DisconnectRate  float64
+	// Rate400, Rate429, Rate500, Rate503, HangRate, DisconnectRate and
+	// StreamErrorRate are the simulator's --fault-* shares of requests:
+	// 400 is the prompt's fault (a dead letter at once); a stream error
+	// is an engine failure in the middle of an answer, the server's.
+	Rate400, Rate429, Rate500, Rate503        float64
+	HangRate, DisconnectRate, StreamErrorRate float64
 
 	// WorkerKillEvery is the mean interval between two worker kills
 	// (each drawn between half and one and a half times it); zero kills
@@ -100,9 +103,26 @@ type Config struct {
 	// ReplaysAt lists the shares of progress at which `aerie replay`
 	// puts every dead-lettered prompt back to work; empty: never. A
 	// replayed prompt that completes must move from failed.jsonl to
-	// completions.jsonl, and one still in flight when the aggregator
-	// finishes keeps its failed line.
+	// completions.jsonl, and the aggregator must not finish before it
+	// has.
 	ReplaysAt []float64
+	// ReplayAfterDone, once the aggregator has finished the run
+	// (--exit-when-done, as deploy/ runs it), replays every dead letter
+	// and starts an aggregator again, as an operator would: it must
+	// finish only when every replayed prompt has its new outcome.
+	ReplayAfterDone bool
+	// SecondAggregatorsAt lists the shares of progress at which a second
+	// aggregator of the run is started beside the running one, on the
+	// same data directory: it must refuse (exit non-zero, naming the
+	// first) and write nothing.
+	SecondAggregatorsAt []float64
+	// KeyRotationsAt lists the shares of progress at which the
+	// simulator's API key is changed under the running workers, as when
+	// vLLM is restarted with another --api-key; the workers' key file
+	// is updated KeyFileLag later. Workers must pause on the 401s and
+	// resume once they read the new key, dead-lettering nothing.
+	KeyRotationsAt []float64
+	KeyFileLag     time.Duration
 
 	// Timeout bounds the run from the end of produce to the
 	// aggregator's exit; past it the run is reported as stalled.
@@ -128,7 +148,9 @@ func Short() Config {
 	c.WorkerKills = 1
 	c.KillFrom, c.KillUntil = 0.15, 0.9
 	c.AggregatorKillsAt = []float64{0.35}
+	c.SecondAggregatorsAt = []float64{0.45}
 	c.NATSRestartsAt = []float64{0.55}
+	c.KeyRotationsAt = []float64{0.65}
 	c.Timeout = 3 * time.Minute
 	return c
 }
@@ -143,7 +165,9 @@ func Long() Config {
 	c.WorkerKillEvery = 4 * time.Second
 	c.KillFrom, c.KillUntil = 0.02, 0.95
 	c.AggregatorKillsAt = []float64{0.3, 0.7}
+	c.SecondAggregatorsAt = []float64{0.4, 0.75}
 	c.NATSRestartsAt = []float64{0.5}
+	c.KeyRotationsAt = []float64{0.6, 0.85}
 	c.Timeout = 15 * time.Minute
 	return c
 }
@@ -161,31 +185,40 @@ func Replays() Config {
 	c.Rate429 = 0.15
 	c.ReplaysAt = []float64{0.3, 0.5, 0.7}
 	c.AggregatorKillEvery = 2 * time.Second
+	// The aggregator is killed every couple of seconds: a second one
+	// started beside it could find it dead and rightly take over.
+	c.SecondAggregatorsAt = nil
 	return c
 }
 
 // base holds what Short and Long share: the faults (2% errors split over
-// 429, 500 and 503, 0.5% hangs, 0.5% cut streams) and a simulator whose
-// answers take a few seconds of wall time, the longest well under
-// RequestTimeout.
+// 429, 500 and 503, 0.5% hangs, 0.5% cut streams, 0.5% engine errors in
+// the middle of a stream, 0.4% refusals of the prompt), a key rotation
+// lag of two seconds, a replay once the run is done, and a simulator
+// whose answers take a few seconds of wall time, none of them waiting
+// StallTimeout for a token.
 func base() Config {
 	return Config{
-		Seed:           1,
-		Workers:        3,
-		RequestTimeout: 12 * time.Second,
-		AckWait:        5 * time.Second,
-		MaxTokens:      900,
-		Speed:          6,
-		OutputMedian:   400,
-		OutputSigma:    0.35,
-		MaxNumSeqs:     512,
-		Rate429:        0.007,
-		Rate500:        0.007,
-		Rate503:        0.006,
-		HangRate:       0.005,
-		DisconnectRate: 0.005,
-		NATSStop:       StopKill,
-		NATSDown:       2 * time.Second,
+		Seed:            1,
+		Workers:         3,
+		StallTimeout:    12 * time.Second,
+		AckWait:         5 * time.Second,
+		MaxTokens:       900,
+		Speed:           6,
+		OutputMedian:    400,
+		OutputSigma:     0.35,
+		MaxNumSeqs:      512,
+		Rate429:         0.007,
+		Rate500:         0.007,
+		Rate503:         0.006,
+		HangRate:        0.005,
+		DisconnectRate:  0.005,
+		StreamErrorRate: 0.005,
+		Rate400:         0.004,
+		ReplayAfterDone: true,
+		KeyFileLag:      2 * time.Second,
+		NATSStop:        StopKill,
+		NATSDown:        2 * time.Second,
 	}
 }
 
@@ -205,20 +238,24 @@ func (c Config) Validate() error {
 	if c.WindowMin < 1 || c.WindowMax < c.WindowMin {
 		bad("windows %d-%d: want 1 <= min <= max", c.WindowMin, c.WindowMax)
 	}
-	if c.RequestTimeout <= 0 || c.AckWait <= 0 || c.Timeout <= 0 || c.Speed <= 0 {
-		bad("request timeout, ack wait, timeout and speed must be positive")
+	if c.StallTimeout <= 0 || c.AckWait <= 0 || c.Timeout <= 0 || c.Speed <= 0 {
+		bad("stall timeout, ack wait, timeout and speed must be positive")
+	}
+	if len(c.KeyRotationsAt) > 0 && c.KeyFileLag <= 0 {
+		bad("key rotations need a positive key file lag")
 	}
 	if c.NATSStop != StopKill && c.NATSStop != StopTerm {
 		bad("NATS stop %q: use %q or %q", c.NATSStop, StopKill, StopTerm)
 	}
 	shares := append([]float64{c.KillFrom, c.KillUntil}, c.AggregatorKillsAt...)
 	shares = append(append(shares, c.NATSRestartsAt...), c.ReplaysAt...)
+	shares = append(append(shares, c.SecondAggregatorsAt...), c.KeyRotationsAt...)
 	for _, at := range shares {
 		if at < 0 || at >= 1 {
 			bad("progress share %v is outside [0, 1)", at)
 		}
 	}
-	if sum := c.Rate429 + c.Rate500 + c.Rate503 + c.HangRate + c.DisconnectRate; sum > 1 {
+	if sum := c.Rate400 + c.Rate429 + c.Rate500 + c.Rate503 + c.HangRate + c.DisconnectRate + c.StreamErrorRate; sum > 1 {
 		bad("fault rates add up to %v, more than 1", sum)
 	}
 	return errors.Join(errs...)

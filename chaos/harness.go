@@ -30,6 +30,9 @@ type Harness struct {
 	logs, data, store, prompts string
 	natsAddr, simAddr          string
 	began                      time.Time
+	// apiKey is the simulator's API key; keyFile is the workers'
+	// --api-key-file, which holds it except during a rotation.
+	apiKey, keyFile string
 
 	mu    sync.Mutex
 	procs []*process // every process started, for Close
@@ -41,6 +44,10 @@ type Harness struct {
 	sim        *process
 	aggregator *process
 	workers    []*process // running workers
+	seconds    []*process // second aggregators, which must give up
+	// keyDue, when set, is when the workers' key file gets the
+	// simulator's new key: a rotation is under way until then.
+	keyDue     time.Time
 	started    map[string]int
 	lastStart  time.Time // when the latest process was started
 	kills      Kills
@@ -52,6 +59,13 @@ type Harness struct {
 type Kills struct {
 	Workers, Aggregators, NATS int
 	Replays                    int
+	// SecondAggregators counts aggregators started beside the running
+	// one, Refused those that gave up as they must; KeyRotations the
+	// simulator's key changes.
+	SecondAggregators, Refused int
+	KeyRotations               int
+	// ReplayedAfterDone counts prompts replayed once the run was done.
+	ReplayedAfterDone int
 }
 
 // New prepares a run in cfg.Dir; it starts nothing.
@@ -67,6 +81,8 @@ func New(cfg Config) (*Harness, error) {
 		data:    filepath.Join(cfg.Dir, "data"),
 		store:   filepath.Join(cfg.Dir, "nats"),
 		prompts: filepath.Join(cfg.Dir, "prompts.jsonl"),
+		keyFile: filepath.Join(cfg.Dir, "api-key"),
+		apiKey:  "chaos-key-1",
 		started: map[string]int{},
 	}
 	if h.logf == nil {
@@ -76,6 +92,9 @@ func New(cfg Config) (*Harness, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if err := os.WriteFile(h.keyFile, []byte(h.apiKey+"\n"), 0o600); err != nil {
+		return nil, err
 	}
 	out := filepath.Join(h.data, cfg.Run)
 	h.progress = progress{
@@ -130,6 +149,9 @@ func (h *Harness) Run(ctx context.Context) (*Report, error) {
 		return rep, err
 	}
 	runErr := h.conduct(ctx)
+	if runErr == nil && h.cfg.ReplayAfterDone {
+		runErr = h.replayAfterDone(ctx)
+	}
 	rep.Wall = time.Since(h.began)
 	rep.Faults = simFaults(h.simAddr)
 	if err := h.check(ctx, rep, ids, runErr == nil); err != nil {
@@ -200,9 +222,15 @@ func (h *Harness) check(ctx context.Context, rep *Report, ids []string, finished
 			o.Unreplayable = un
 			rep.DeadLettersChecked = true
 		}
+		if ids, err := answeredNotWritten(ctx, h.NATSURL(), h.cfg.Run, ids, o.completed); err != nil {
+			h.log("cannot check that every stored answer was written: %v", err)
+		} else {
+			o.AnsweredNotWritten = ids
+		}
 	}
 	if !finished || !o.OK() {
 		traced := append(append(append([]string(nil), o.Missing...), o.InBoth...), o.Unknown...)
+		traced = append(traced, o.AnsweredNotWritten...)
 		rep.State = natsState(h.NATSURL(), h.cfg.Run, append(traced, o.Unreplayable...))
 	}
 	return nil

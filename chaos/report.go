@@ -45,12 +45,12 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  %-18s %s\n", label, fmt.Sprintf(format, args...))
 	}
 	fmt.Fprintf(&b, "chaos run %s (seed %d)\n", c.Run, c.Seed)
-	line("prompts", "%d, %d workers at a time (windows %d-%d), simulator at speed %g, request timeout %v, ack wait %v",
-		c.Prompts, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.RequestTimeout, c.AckWait)
-	line("faults asked", "429 %g, 500 %g, 503 %g, hang %g, disconnect %g",
-		c.Rate429, c.Rate500, c.Rate503, c.HangRate, c.DisconnectRate)
+	line("prompts", "%d, %d workers at a time (windows %d-%d), simulator at speed %g, first-token and idle timeouts %v, ack wait %v",
+		c.Prompts, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.StallTimeout, c.AckWait)
+	line("faults asked", "400 %g, 429 %g, 500 %g, 503 %g, hang %g, disconnect %g, stream error %g",
+		c.Rate400, c.Rate429, c.Rate500, c.Rate503, c.HangRate, c.DisconnectRate, c.StreamErrorRate)
 	if r.Faults != nil {
-		line("faults injected", "%s", counts(r.Faults, []string{"429", "500", "503", "hang", "disconnect"}))
+		line("faults injected", "%s", counts(r.Faults, []string{"400", "429", "500", "503", "hang", "disconnect", "stream_error", "unauthorized"}))
 	}
 	natsHow := "kill -9"
 	if c.NATSStop == StopTerm {
@@ -60,6 +60,15 @@ func (r *Report) String() string {
 		r.Kills.Workers, r.Kills.Aggregators, r.Kills.NATS, natsHow)
 	if len(c.ReplaysAt) > 0 {
 		line("replays", "%d (aerie replay of every dead letter)", r.Kills.Replays)
+	}
+	if len(c.SecondAggregatorsAt) > 0 {
+		line("second aggregators", "%d started beside the running one, %d gave up as they must", r.Kills.SecondAggregators, r.Kills.Refused)
+	}
+	if len(c.KeyRotationsAt) > 0 {
+		line("key rotations", "%d (the simulator's API key changed, the workers' key file %v later)", r.Kills.KeyRotations, c.KeyFileLag)
+	}
+	if c.ReplayAfterDone {
+		line("replay when done", "%d prompts replayed once the run was done, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone)
 	}
 	line("unexpected exits", "%d", len(r.Unexpected))
 	if o := r.Outcome; o != nil {
@@ -78,6 +87,7 @@ func (r *Report) String() string {
 		line("missing", "%d%s", len(o.Missing), sample(o.Missing))
 		line("unknown ids", "%d%s", len(o.Unknown), sample(o.Unknown))
 		line("unparseable", "%d%s", len(o.Unparseable), sample(o.Unparseable))
+		line("answered, unwritten", "%d%s", len(o.AnsweredNotWritten), sample(o.AnsweredNotWritten))
 		if r.DeadLettersChecked {
 			line("unreplayable", "%d (failed without a dead letter)%s", len(o.Unreplayable), sample(o.Unreplayable))
 		} else {

@@ -81,8 +81,9 @@ func (h *Harness) startSim(ctx context.Context) error {
 	p, err := h.start("sim", "sim", "--listen", h.simAddr, "--speed", f(c.Speed),
 		"--output-median", strconv.Itoa(c.OutputMedian), "--output-sigma", f(c.OutputSigma),
 		"--max-num-seqs", strconv.Itoa(c.MaxNumSeqs), "--seed", strconv.FormatInt(c.Seed, 10),
-		"--fault-429", f(c.Rate429), "--fault-500", f(c.Rate500), "--fault-503", f(c.Rate503),
-		"--fault-hang", f(c.HangRate), "--fault-disconnect", f(c.DisconnectRate))
+		"--fault-400", f(c.Rate400), "--fault-429", f(c.Rate429), "--fault-500", f(c.Rate500), "--fault-503", f(c.Rate503),
+		"--fault-hang", f(c.HangRate), "--fault-disconnect", f(c.DisconnectRate), "--fault-stream-error", f(c.StreamErrorRate),
+		"--api-key", h.apiKey)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,8 @@ func (h *Harness) startWorker() error {
 	window := h.cfg.WindowMin + h.rng.IntN(h.cfg.WindowMax-h.cfg.WindowMin+1)
 	p, err := h.start(name, "work", "--nats", h.NATSURL(), "--run", h.cfg.Run,
 		"--backend", "http://"+h.simAddr, "--window", strconv.Itoa(window), "--name", name,
-		"--grace", "2s", "--request-timeout", h.cfg.RequestTimeout.String())
+		"--grace", "2s", "--first-token-timeout", h.cfg.StallTimeout.String(), "--idle-timeout", h.cfg.StallTimeout.String(),
+		"--api-key-file", h.keyFile)
 	if err != nil {
 		return err
 	}
@@ -121,6 +123,25 @@ func (h *Harness) startAggregator() error {
 	h.log("started %s (pid %d)", name, p.pid())
 	return nil
 }
+
+// startSecondAggregator starts an aggregator beside the running one, on
+// the same data directory, waiting only a few seconds for the run: it
+// must give up, naming the running one.
+func (h *Harness) startSecondAggregator() error {
+	name := h.next("aggregator-second")
+	p, err := h.start(name, "aggregate", "--nats", h.NATSURL(), "--run", h.cfg.Run,
+		"--data-dir", h.data, "--exit-when-done", "--event-interval", "1s", "--lease-wait", secondLeaseWait.String())
+	if err != nil {
+		return err
+	}
+	h.seconds = append(h.seconds, p)
+	h.kills.SecondAggregators++
+	h.log("started %s (pid %d) beside %s", name, p.pid(), h.aggregator.name)
+	return nil
+}
+
+// secondLeaseWait is the --lease-wait of a second aggregator.
+const secondLeaseWait = 3 * time.Second
 
 func (h *Harness) log(format string, args ...any) {
 	elapsed := time.Since(h.began).Seconds()

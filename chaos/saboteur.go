@@ -24,6 +24,11 @@ import (
 //     of silence, then a new server on the same port and store.
 //   - Replay: at each share of ReplaysAt, `aerie replay` of every dead
 //     letter, waited for.
+//   - A second aggregator: at each share of SecondAggregatorsAt, one more
+//     beside the running one; it must give up and write nothing.
+//   - Key rotation: at each share of KeyRotationsAt, the simulator's API
+//     key changes; the workers' key file follows KeyFileLag later, and no
+//     worker is killed (and so started with the old key) meanwhile.
 //
 // A process that exits without being asked is noted in the report and
 // replaced, so one crash does not end the run.
@@ -43,6 +48,8 @@ func (h *Harness) conduct(ctx context.Context) error {
 	aggAt := slices.Sorted(slices.Values(c.AggregatorKillsAt))
 	natsAt := slices.Sorted(slices.Values(c.NATSRestartsAt))
 	replayAt := slices.Sorted(slices.Values(c.ReplaysAt))
+	secondAt := slices.Sorted(slices.Values(c.SecondAggregatorsAt))
+	rotateAt := slices.Sorted(slices.Values(c.KeyRotationsAt))
 
 	for {
 		var err error
@@ -59,12 +66,12 @@ func (h *Harness) conduct(ctx context.Context) error {
 			}
 		case <-workerKills.c:
 			more := func() bool { return c.WorkerKills == 0 || h.kills.Workers < c.WorkerKills }
-			if h.killing() && more() {
+			if h.killing() && more() && h.keyDue.IsZero() {
 				err = h.killWorker()
 			}
 			workerKills.again(h, more() && h.progress.share() < c.KillUntil)
 		case <-aggregatorKills.c:
-			if h.killing() {
+			if h.killing() && len(h.seconds) == 0 {
 				err = h.killAggregator()
 			}
 			aggregatorKills.again(h, h.progress.share() < c.KillUntil)
@@ -80,14 +87,27 @@ func (h *Harness) conduct(ctx context.Context) error {
 		if err := h.superviseWorkers(); err != nil {
 			return err
 		}
+		if err := h.superviseSeconds(); err != nil {
+			return err
+		}
+		if !h.keyDue.IsZero() && time.Now().After(h.keyDue) {
+			err = h.updateKeyFile()
+		}
 		share := h.progress.share()
 		switch {
+		case err != nil:
 		case time.Since(h.lastStart) >= settle && due(&natsAt, share):
 			err = h.restartNATS(ctx)
-		case due(&aggAt, share):
+		case len(h.seconds) == 0 && due(&aggAt, share):
+			// Not while a second aggregator waits: it could rightly take
+			// the place of the dead one.
 			err = h.killAggregator()
 		case due(&replayAt, share):
 			err = h.replay()
+		case h.aggregatorSettled() && due(&secondAt, share):
+			err = h.startSecondAggregator()
+		case h.keyDue.IsZero() && due(&rotateAt, share):
+			err = h.rotateKey()
 		}
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -229,4 +230,37 @@ func unreplayable(ctx context.Context, url, run string, failed []string, idle ti
 		}
 	}
 	return ids, true, nil
+}
+
+// answeredNotWritten returns the input ids whose answer AERIE_RESULTS
+// holds but completions.jsonl does not: one listing of the run's result
+// subjects, compared by subject token.
+func answeredNotWritten(ctx context.Context, url, run string, input []string, completed map[string]bool) ([]string, error) {
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	results, err := js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := results.Info(ctx, jetstream.WithSubjectFilter(schema.RunFilter(schema.ResultsRoot, run)))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, id := range input {
+		if info.State.Subjects[schema.ResultSubject(run, id)] > 0 && !completed[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
 }

@@ -32,14 +32,19 @@ type Outcome struct {
 	// letter in AERIE_DEAD (from which `aerie replay` works) nor a
 	// result; nil when not checked (see Report.State).
 	Unreplayable []string
+	// AnsweredNotWritten lists input ids whose answer is stored in
+	// AERIE_RESULTS but that are not in completions.jsonl: an answer the
+	// aggregator finished without writing. Nil when not checked.
+	AnsweredNotWritten []string
 
-	failedIDs []string // every id of failed.jsonl, sorted
+	failedIDs []string        // every id of failed.jsonl, sorted
+	completed map[string]bool // every id of completions.jsonl
 }
 
 // OK reports whether every input id is in exactly one file, once, and
 // every failed one can be replayed.
 func (o *Outcome) OK() bool {
-	return len(o.Duplicates)+len(o.InBoth)+len(o.Missing)+len(o.Unknown)+len(o.Unparseable)+len(o.Unreplayable) == 0
+	return len(o.Duplicates)+len(o.InBoth)+len(o.Missing)+len(o.Unknown)+len(o.Unparseable)+len(o.Unreplayable)+len(o.AnsweredNotWritten) == 0
 }
 
 // inputIDs reads the ids of a prompts file the way produce does.
@@ -148,6 +153,10 @@ func verify(input []string, completionsPath, failedPath string) (*Outcome, error
 		}
 	}
 	o.Completed, o.Failed = len(done), len(dead)
+	o.completed = make(map[string]bool, len(done))
+	for id := range done {
+		o.completed[id] = true
+	}
 	for id, n := range done {
 		if n > 1 {
 			o.Duplicates = append(o.Duplicates, fmt.Sprintf("%s (%d times in completions.jsonl)", id, n))
