@@ -377,7 +377,7 @@ func TestRemoveRefusesWhileTheAggregatorHoldsItsLease(t *testing.T) {
 	defer runs.SetHeartbeatWindow(0)()
 	js := world(t)
 	ctx := testContext(t)
-	leases, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schema.LeasesBucket, TTL: time.Hour})
+	leases, err := provision.LeasesBucket(ctx, js, provision.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
