@@ -42,7 +42,7 @@ func (c ReconcileConfig) Validate() error {
 	if c.CompletionsFile == "" || c.FailedFile == "" {
 		return errors.New("the run's completions and failed files must both be named (the aggregator writes them to <data-dir>/<run>/)")
 	}
-	return c.Options.validate()
+	return c.Options.Validate()
 }
 
 // ReconcileReport counts where every prompt of the input stands, and

@@ -54,7 +54,7 @@ func (c ReplayConfig) Validate() error {
 			return fmt.Errorf("reason %q is not a dead-letter reason class: use %s", reason, strings.Join(Reasons, ", "))
 		}
 	}
-	return c.Options.validate()
+	return c.Options.Validate()
 }
 
 // ReplayReport counts what a replay did, or with DryRun would do.

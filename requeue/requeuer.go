@@ -31,10 +31,10 @@ func New(ctx context.Context, js jetstream.JetStream, run string, opts Options) 
 	if err := schema.ValidateRun(run); err != nil {
 		return nil, err
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Requeuer{js: js, run: run, opts: opts.withDefaults()}
+	r := &Requeuer{js: js, run: run, opts: opts.WithDefaults()}
 	var err error
 	if r.manifest, err = r.readManifest(ctx); err != nil {
 		return nil, err

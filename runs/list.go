@@ -48,10 +48,10 @@ type Progress struct {
 // name, with its progress. A server where nothing was produced has no
 // runs bucket: then the list is empty.
 func List(ctx context.Context, js jetstream.JetStream, opts Options) ([]Summary, error) {
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	entries, err := manifests(ctx, js, opts)
 	if err != nil {
 		return nil, err

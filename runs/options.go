@@ -1,105 +1,12 @@
 package runs
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
+import "github.com/aerie-dev/aerie/jsrequest"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-)
+// Options tune how requests to the server are made (see jsrequest); the
+// zero value uses jsrequest's defaults.
+type Options = jsrequest.Options
 
-// Defaults for Options.
-const (
-	// DefaultTimeout bounds one request to the server. A local broker
-	// answers in well under a millisecond and a cluster elects a new
-	// stream leader in about 3 s; 10 s only trips on a server that is gone.
-	DefaultTimeout = 10 * time.Second
-	// DefaultAttempts is how many times a request that may succeed later
-	// (a timeout, no responders during an election) is made before giving
-	// up; with the pauses between attempts (0.25 s doubling, at most 2 s)
-	// five attempts outlast a leader election.
-	DefaultAttempts = 5
-)
-
-// Pauses between attempts of one request.
-const (
-	retryBase = 250 * time.Millisecond
-	retryMax  = 2 * time.Second
-)
-
-// Options tune how requests to the server are made. The zero value uses
-// the defaults above.
-type Options struct {
-	// Timeout bounds each request; zero means DefaultTimeout.
-	Timeout time.Duration
-	// Attempts per request; zero means DefaultAttempts, 1 means no retry.
-	Attempts int
-}
-
-func (o Options) validate() error {
-	if o.Timeout < 0 {
-		return fmt.Errorf("request timeout is %v: use a positive duration, or 0 for the default of %v", o.Timeout, DefaultTimeout)
-	}
-	if o.Attempts < 0 {
-		return fmt.Errorf("attempts per request is %d: use a positive number, or 0 for the default of %d", o.Attempts, DefaultAttempts)
-	}
-	return nil
-}
-
-func (o Options) withDefaults() Options {
-	if o.Timeout == 0 {
-		o.Timeout = DefaultTimeout
-	}
-	if o.Attempts == 0 {
-		o.Attempts = DefaultAttempts
-	}
-	return o
-}
-
-// request makes one request to the server, each attempt bounded by
-// o.Timeout, and makes it again after a pause when the failure may be
-// transient. Every request made through it can be repeated: reads change
-// nothing, and purging or deleting what is already gone is no error.
-func request(ctx context.Context, o Options, what string, fn func(ctx context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, o.Timeout)
-		err = fn(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || !transient(err) || attempt >= o.Attempts {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		t := time.NewTimer(min(retryBase<<(attempt-1), retryMax))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w (stopped while retrying)", what, err)
-		case <-t.C:
-		}
-	}
-}
-
-// transient reports whether another attempt of a failed request may
-// succeed: the server did not answer, or answered that it is temporarily
-// unable to.
-func transient(err error) bool {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse):
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 &&
-			apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled &&
-			apiErr.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
-	}
-	return false
-}
+// request makes one request to the server through jsrequest. Every
+// request made here can be repeated: reads change nothing, and purging or
+// deleting what is already gone is no error.
+var request = jsrequest.Do

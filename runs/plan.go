@@ -150,10 +150,10 @@ func Plan(ctx context.Context, js jetstream.JetStream, run string, opts Options)
 	if err := schema.ValidateRun(run); err != nil {
 		return nil, err
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return plan(ctx, js, run, opts.withDefaults())
+	return plan(ctx, js, run, opts.WithDefaults())
 }
 
 func plan(ctx context.Context, js jetstream.JetStream, run string, opts Options) (*Removal, error) {

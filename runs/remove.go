@@ -42,10 +42,10 @@ func Remove(ctx context.Context, js jetstream.JetStream, run string, opts Remove
 	if err := schema.ValidateRun(run); err != nil {
 		return nil, err
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	o := opts.withDefaults()
+	o := opts.WithDefaults()
 	r, err := plan(ctx, js, run, o)
 	if err != nil {
 		return nil, err
