@@ -55,7 +55,7 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	if err != nil {
 		return fmt.Errorf("max-deliveries advisory: get prompt %d: %w", adv.StreamSeq, err)
 	}
-	token := lastToken(raw.Subject)
+	token := schema.PromptToken(raw.Subject)
 	d := &schema.DeadLetter{
 		Run: a.cfg.Run, Reason: schema.ReasonExhausted, Attempts: int(adv.Deliveries),
 		Error:    fmt.Sprintf("delivered %d times (the consumer's max_deliver) without a result or a dead letter: the workers that held it last were killed or stopped", adv.Deliveries),
@@ -83,13 +83,4 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	}
 	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "deliveries", adv.Deliveries)
 	return nil
-}
-
-func lastToken(subject string) string {
-	for i := len(subject) - 1; i >= 0; i-- {
-		if subject[i] == '.' {
-			return subject[i+1:]
-		}
-	}
-	return subject
 }

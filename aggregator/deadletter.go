@@ -49,7 +49,7 @@ func (a *Aggregator) publishDeadLetter(ctx context.Context, token string, d *sch
 func (a *Aggregator) deadLetterResult(m jetstream.Msg, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	token := lastToken(m.Subject())
+	token := schema.PromptToken(m.Subject())
 	d := &schema.DeadLetter{
 		Run: a.cfg.Run, ID: m.Headers().Get(schema.HeaderPromptID), Reason: schema.ReasonPoison,
 		Error:  "the stored result cannot be read: " + cause.Error(),

@@ -89,7 +89,7 @@ func (a *Aggregator) deadTokens(ctx context.Context) (map[string]bool, error) {
 	}
 	tokens := make(map[string]bool, len(info.State.Subjects))
 	for subject := range info.State.Subjects {
-		tokens[lastToken(subject)] = true
+		tokens[schema.PromptToken(subject)] = true
 	}
 	return tokens, nil
 }
@@ -99,7 +99,7 @@ func (a *Aggregator) deadTokens(ctx context.Context) (map[string]bool, error) {
 // prompt id), the subject's last token.
 func tokenOfLine(id string) string {
 	if subject, ok := strings.CutPrefix(id, "subject:"); ok {
-		return lastToken(subject)
+		return schema.PromptToken(subject)
 	}
 	return schema.SubjectToken(id)
 }

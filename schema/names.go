@@ -126,6 +126,15 @@ func DeadSubject(run, promptID string) string {
 	return DeadRoot + "." + run + "." + SubjectToken(promptID)
 }
 
+// PromptToken returns the subject token of a message about one prompt,
+// the last token of its subject (<root>.<run>.<token>).
+func PromptToken(subject string) string {
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		return subject[i+1:]
+	}
+	return subject
+}
+
 // RunFilter returns the filter subject covering every message of run under
 // root, for consumers: "<root>.<run>.>".
 func RunFilter(root, run string) string { return root + "." + run + ".>" }

@@ -55,7 +55,7 @@ func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, p *schema.P
 		dl.Status = apiErr.Status
 		dl.Body = bounded(apiErr.Body, schema.MaxErrorBody)
 	}
-	token := lastToken(d.msg.Subject())
+	token := schema.PromptToken(d.msg.Subject())
 	if p != nil {
 		dl.ID, dl.Messages = p.ID, p.Messages
 	} else {
@@ -143,15 +143,6 @@ func (w *Worker) store(ctx context.Context, m *nats.Msg) error {
 		w.log.Warn("publish failed; retrying", "subject", m.Subject, "attempt", i, "err", err)
 		time.Sleep(retryDelay(i, 200*time.Millisecond, 5*time.Second))
 	}
-}
-
-func lastToken(subject string) string {
-	for i := len(subject) - 1; i >= 0; i-- {
-		if subject[i] == '.' {
-			return subject[i+1:]
-		}
-	}
-	return subject
 }
 
 func bounded(s string, n int) string {
