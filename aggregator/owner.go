@@ -77,11 +77,13 @@ func own(ctx context.Context, js jetstream.JetStream, run, dir string, wait time
 		me: schema.Lease{Holder: host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8],
 			Host: host, PID: os.Getpid(), Dir: abs}}
 	deadline := time.Now().Add(wait)
+	var lastLog time.Time
 	waiting := func(holder string) error {
 		if time.Now().After(deadline) {
-			return &HeldError{Run: run, Holder: holder, Waited: wait}
+			return &HeldError{Run: run, Holder: holder, Waited: max(wait, 0)}
 		}
-		if wait > 0 {
+		if time.Since(lastLog) >= 15*time.Second {
+			lastLog = time.Now()
 			log.Warn("another aggregator writes this run; waiting for it to stop", "holder", holder, "wait_up_to", time.Until(deadline).Round(time.Second))
 		}
 		t := time.NewTimer(time.Second)
