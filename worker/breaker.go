@@ -41,6 +41,15 @@ type breaker struct {
 // an outage costs only a handful of requests.
 const DefaultBreakerThreshold = 5
 
+// Probes of a paused worker start probeBase apart and back off to
+// probeMax: a probe is cheap (a file read, /health, /v1/models), and a
+// fixed backend or key file should put the worker back to work within a
+// few seconds.
+const (
+	probeBase = 500 * time.Millisecond
+	probeMax  = 5 * time.Second
+)
+
 func newBreaker(threshold int, probe func(context.Context) error, onChange func(bool, string), onProbeFailure func(error, time.Duration)) *breaker {
 	b := &breaker{threshold: threshold, probe: probe, onChange: onChange, onProbeFailure: onProbeFailure,
 		closed: make(chan struct{}), opened: make(chan struct{}, 1)}
@@ -140,7 +149,7 @@ func (b *breaker) run(ctx context.Context) {
 			continue
 		}
 		attempt++
-		if !sleep(ctx, retryDelay(attempt, 500*time.Millisecond, 15*time.Second)) {
+		if !sleep(ctx, retryDelay(attempt, probeBase, probeMax)) {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
