@@ -19,6 +19,7 @@ import (
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
 	"github.com/aerie-dev/aerie/worker"
 )
 
@@ -76,24 +77,7 @@ func startSim(t *testing.T, cfg simulator.Config) string {
 	if cfg.Speed == 0 {
 		cfg.Speed = 100
 	}
-	sim, err := simulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sim.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("simulator: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
+	return simtest.Serve(t, cfg)
 }
 
 // closedPort returns a loopback address nothing listens on.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -157,7 +157,7 @@ func TestOutageMidRun(t *testing.T) {
 	const n = 600
 	cfg := config(t, "outage", promptsFile(t, n))
 	cfg.Sim.Speed = 100
-	cfg.Backend = serveSim(t, cfg.Sim)
+	cfg.Backend = simtest.Serve(t, cfg.Sim)
 
 	var triggered atomic.Bool
 	began := make(chan error, 1)
@@ -189,30 +189,6 @@ func TestOutageMidRun(t *testing.T) {
 	}
 	t.Logf("outage of 60s simulated (%.1fs wall): paused %v in total, %d prompts handed back, 0 dead letters",
 		60/cfg.Sim.Speed, sum.Paused.Round(time.Millisecond), sum.HandedBack)
-}
-
-// serveSim serves a simulator on a loopback port until the test ends and
-// returns its URL.
-func serveSim(t *testing.T, cfg simulator.Config) string {
-	t.Helper()
-	sim, err := simulator.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sim.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("simulator: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
 }
 
 // beginOutage starts an outage of the simulator at url through its admin

@@ -1,9 +1,7 @@
 package main_test
 
 import (
-	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
 // exit waits for the process and returns its exit status.
@@ -39,24 +38,7 @@ func (p *proc) exit(t *testing.T, timeout time.Duration) int {
 // ends and returns its URL.
 func serveSim(t *testing.T, model string) string {
 	t.Helper()
-	sim, err := simulator.New(simulator.Config{Model: model, Speed: 2000, OutputMedian: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sim.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("simulator: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
+	return simtest.Serve(t, simulator.Config{Model: model, Speed: 2000, OutputMedian: 100})
 }
 
 // aerie run takes its data directory from AERIE_DATA_DIR and its backend
