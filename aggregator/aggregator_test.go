@@ -39,7 +39,7 @@ func publishResults(t *testing.T, js jetstream.JetStream, ids []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := nats.NewMsg(schema.ResultSubject(run, id))
+		m := nats.NewMsg(schema.ResultSubject(run, schema.Unit{ID: id}))
 		m.Data = data
 		m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindResult))
 		if _, err := js.PublishMsg(ctx, m); err != nil {
@@ -198,7 +198,7 @@ func TestFailedAndEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.Publish(ctx, schema.DeadSubject(run, id), data); err != nil {
+		if _, err := js.Publish(ctx, schema.DeadSubject(run, schema.Unit{ID: id}), data); err != nil {
 			t.Fatal(err)
 		}
 	}

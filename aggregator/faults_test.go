@@ -68,7 +68,7 @@ func TestRecoveredAndPoison(t *testing.T) {
 	defer cancel()
 	d := &schema.DeadLetter{Run: run, ID: "p0000", Reason: schema.ReasonExhausted, Attempts: 5}
 	data, _ := schema.EncodeDeadLetter(d)
-	if _, err := js.Publish(ctx, schema.DeadSubject(run, "p0000"), data); err != nil {
+	if _, err := js.Publish(ctx, schema.DeadSubject(run, schema.Unit{ID: "p0000"}), data); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -76,7 +76,7 @@ func TestRecoveredAndPoison(t *testing.T) {
 	brokertest.Eventually(t, 10*time.Second, func() bool { return a.Last().Failed == 1 }, "the dead letter written")
 
 	publishResults(t, js, []string{"p0000", "p0001"}) // p0000 replayed and answered
-	garbage := nats.NewMsg(schema.ResultSubject(run, "p0002"))
+	garbage := nats.NewMsg(schema.ResultSubject(run, schema.Unit{ID: "p0002"}))
 	garbage.Data = []byte("not msgpack")
 	garbage.Header.Set(schema.HeaderPromptID, "p0002")
 	garbage.Header.Set(schema.HeaderWorker, "w9")
@@ -99,7 +99,7 @@ func TestRecoveredAndPoison(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := dead.GetLastMsgForSubject(ctx, schema.DeadSubject(run, "p0002"))
+	raw, err := dead.GetLastMsgForSubject(ctx, schema.DeadSubject(run, schema.Unit{ID: "p0002"}))
 	if err != nil {
 		t.Fatalf("no dead letter for the unreadable result: %v", err)
 	}

@@ -28,7 +28,7 @@ func publishDeadLetter(t *testing.T, js jetstream.JetStream, id, why string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, schema.DeadSubject(run, id), data); err != nil {
+	if _, err := js.Publish(ctx, schema.DeadSubject(run, schema.Unit{ID: id}), data); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -26,7 +26,7 @@ func TestFailedLinesLeaveInBatches(t *testing.T) {
 	id := func(i int) string { return fmt.Sprintf("p%04d", i) }
 	for i := range n {
 		data, _ := schema.EncodeDeadLetter(&schema.DeadLetter{Run: "rw", ID: id(i), Reason: schema.ReasonExhausted, FailedAt: time.Now().UTC()})
-		if _, err := js.Publish(ctx, schema.DeadSubject("rw", id(i)), data); err != nil {
+		if _, err := js.Publish(ctx, schema.DeadSubject("rw", schema.Unit{ID: id(i)}), data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -41,7 +41,7 @@ func TestFailedLinesLeaveInBatches(t *testing.T) {
 	brokertest.Eventually(t, 30*time.Second, func() bool { return a.Last().Failed == n }, "every dead letter written")
 	for i := range n {
 		data, _ := schema.EncodeResult(&schema.Result{Run: "rw", ID: id(i), Content: "answer", FinishReason: "stop"})
-		if _, err := js.Publish(ctx, schema.ResultSubject("rw", id(i)), data); err != nil {
+		if _, err := js.Publish(ctx, schema.ResultSubject("rw", schema.Unit{ID: id(i)}), data); err != nil {
 			t.Fatal(err)
 		}
 	}

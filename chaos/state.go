@@ -73,10 +73,10 @@ func natsState(url, run string, ids []string) string {
 			break
 		}
 		fmt.Fprintf(&b, "  id %s: prompt %s; result %s; dead letter %s; failures counted %s\n", id,
-			stored(ctx, streams[schema.PromptsStream], schema.PromptSubject(run, id)),
-			stored(ctx, streams[schema.ResultsStream], schema.ResultSubject(run, id)),
-			stored(ctx, streams[schema.DeadStream], schema.DeadSubject(run, id)),
-			failures(ctx, attempts, schema.AttemptsKey(run, id)))
+			stored(ctx, streams[schema.PromptsStream], schema.PromptSubject(run, schema.Unit{ID: id})),
+			stored(ctx, streams[schema.ResultsStream], schema.ResultSubject(run, schema.Unit{ID: id})),
+			stored(ctx, streams[schema.DeadStream], schema.DeadSubject(run, schema.Unit{ID: id})),
+			failures(ctx, attempts, schema.AttemptsKey(run, schema.Unit{ID: id})))
 	}
 	return b.String()
 }
@@ -217,11 +217,11 @@ func unreplayable(ctx context.Context, url, run string, failed []string, idle ti
 			}
 			return err == nil, err
 		}
-		d, err := has(dead, schema.DeadSubject(run, id))
+		d, err := has(dead, schema.DeadSubject(run, schema.Unit{ID: id}))
 		if err != nil {
 			return nil, false, err
 		}
-		r, err := has(results, schema.ResultSubject(run, id))
+		r, err := has(results, schema.ResultSubject(run, schema.Unit{ID: id}))
 		if err != nil {
 			return nil, false, err
 		}
@@ -257,7 +257,7 @@ func answeredNotWritten(ctx context.Context, url, run string, input []string, co
 	}
 	var ids []string
 	for _, id := range input {
-		if info.State.Subjects[schema.ResultSubject(run, id)] > 0 && !completed[id] {
+		if info.State.Subjects[schema.ResultSubject(run, schema.Unit{ID: id})] > 0 && !completed[id] {
 			ids = append(ids, id)
 		}
 	}

@@ -12,6 +12,10 @@ import (
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ReasoningContent is sent with an earlier assistant turn, for chat
+	// templates that render the reasoning of earlier turns; empty is left
+	// out.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // ChatRequest is what is asked of the model. Zero or nil fields are left
@@ -27,6 +31,26 @@ type ChatRequest struct {
 	MaxTokens   int
 	Temperature *float64
 	TopP        *float64
+	// TopK, MinP, the penalties, Seed, Stop and ReasoningEffort are sent
+	// under their request names (top_k, min_p, presence_penalty,
+	// frequency_penalty, repetition_penalty, seed, stop,
+	// reasoning_effort) when set.
+	TopK              *int
+	MinP              *float64
+	PresencePenalty   *float64
+	FrequencyPenalty  *float64
+	RepetitionPenalty *float64
+	Seed              *int64
+	Stop              []string
+	ReasoningEffort   string
+	// ChatTemplateKwargs, a JSON object, is sent as chat_template_kwargs.
+	ChatTemplateKwargs json.RawMessage
+	// ReturnTokenIDs asks vLLM for the token ids of the prompt and the
+	// answer (Completion.PromptTokenIDs and TokenIDs).
+	ReturnTokenIDs bool
+	// ExtraBody, a JSON object, is merged into the request body last: its
+	// keys replace any the fields above produced.
+	ExtraBody json.RawMessage
 }
 
 // Usage is the server's token count for one request.
@@ -67,6 +91,11 @@ type Completion struct {
 	// simulator names itself here, so that its answers cannot pass for a
 	// real model's.
 	SystemFingerprint string
+	// PromptTokenIDs and TokenIDs are the token ids of the prompt as the
+	// server rendered it and of the answer, when the request asked for
+	// them (ReturnTokenIDs) and the server sent them; nil otherwise.
+	PromptTokenIDs []int
+	TokenIDs       []int
 }
 
 // Progress is called by ChatStream from the goroutine reading the stream

@@ -25,9 +25,9 @@ func promptMessage(run, source, id string, msgs []schema.Message) (*nats.Msg, er
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(schema.PromptSubject(run, id))
+	m := nats.NewMsg(schema.PromptSubject(run, schema.Unit{ID: id}))
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, id))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, schema.Unit{ID: id}))
 	m.Header.Set(schema.HeaderPromptID, id)
 	m.Header.Set(schema.HeaderRun, run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))

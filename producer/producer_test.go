@@ -43,11 +43,11 @@ func TestRunPublishesEveryPromptOnce(t *testing.T) {
 	for _, m := range fetchPrompts(t, e.js, cfg.Run, n) {
 		h := m.Headers()
 		id := h.Get(schema.HeaderPromptID)
-		if m.Subject() != schema.PromptSubject(cfg.Run, id) {
+		if m.Subject() != schema.PromptSubject(cfg.Run, schema.Unit{ID: id}) {
 			t.Fatalf("prompt %q on subject %s", id, m.Subject())
 		}
 		for name, want := range map[string]string{
-			schema.HeaderMsgID:       schema.MsgID(cfg.Run, id),
+			schema.HeaderMsgID:       schema.MsgID(cfg.Run, schema.Unit{ID: id}),
 			schema.HeaderRun:         cfg.Run,
 			schema.HeaderSchema:      schema.SchemaHeader(schema.KindPrompt),
 			schema.HeaderContentType: schema.ContentTypeMsgpack,

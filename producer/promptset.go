@@ -271,7 +271,7 @@ func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Str
 		if !ok || first.line != lr.line || first.rejected {
 			continue
 		}
-		subject := schema.PromptSubject(cfg.Run, id)
+		subject := schema.PromptSubject(cfg.Run, schema.Unit{ID: id})
 		if _, ok := queued[subject]; !ok {
 			if len(e.NotQueued) < toName {
 				e.NotQueued = append(e.NotQueued, id)

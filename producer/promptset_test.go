@@ -21,7 +21,7 @@ func storedPrompt(t testing.TB, js jetstream.JetStream, run, id string) *schema.
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, schema.PromptSubject(run, id))
+	m, err := s.GetLastMsgForSubject(ctx, schema.PromptSubject(run, schema.Unit{ID: id}))
 	if err != nil {
 		t.Fatalf("read back prompt %q: %v", id, err)
 	}

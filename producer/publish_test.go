@@ -109,9 +109,9 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
 	faults := map[string]fault{}
 	for i := 0; i < n; i += 10 {
-		faults[schema.PromptSubject(cfg.Run, fmt.Sprintf("p-%05d", i))] = failSync
-		faults[schema.PromptSubject(cfg.Run, fmt.Sprintf("p-%05d", i+1))] = failAsync
-		faults[schema.PromptSubject(cfg.Run, fmt.Sprintf("p-%05d", i+2))] = loseAck
+		faults[schema.PromptSubject(cfg.Run, schema.Unit{ID: fmt.Sprintf("p-%05d", i)})] = failSync
+		faults[schema.PromptSubject(cfg.Run, schema.Unit{ID: fmt.Sprintf("p-%05d", i+1)})] = failAsync
+		faults[schema.PromptSubject(cfg.Run, schema.Unit{ID: fmt.Sprintf("p-%05d", i+2)})] = loseAck
 	}
 	js := newFaultyJS(e.js, func(subject string, attempt, _ int) fault {
 		if attempt == 1 {
@@ -141,7 +141,7 @@ func TestPublishFailureIsReportedAndRepaired(t *testing.T) {
 	const n = 20
 	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
 	cfg.Retries = 3
-	broken := schema.PromptSubject(cfg.Run, "p-00004")
+	broken := schema.PromptSubject(cfg.Run, schema.Unit{ID: "p-00004"})
 	js := newFaultyJS(e.js, func(subject string, _, _ int) fault {
 		if subject == broken {
 			return failSync

@@ -95,6 +95,7 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		oncePerSubject(schema.PromptsStream, schema.PromptsRoot, "aerie prompts, one per subject aerie.prompts.<run>.<id digest>", opts.Replicas),
 		oncePerSubject(schema.ResultsStream, schema.ResultsRoot, "aerie results, one per prompt", opts.Replicas),
 		oncePerSubject(schema.DeadStream, schema.DeadRoot, "aerie dead letters, one per failed prompt", opts.Replicas),
+		turnsStream(opts.Replicas),
 		{
 			Name:        schema.EventsStream,
 			Description: "aerie throughput events and worker heartbeats (JSON)",
@@ -130,6 +131,23 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	}
 	_, err := AttemptsBucket(ctx, js, opts)
 	return err
+}
+
+// turnsStream is the shape of the turns stream: once per subject, like
+// the results it leads to.
+func turnsStream(replicas int) jetstream.StreamConfig {
+	return oncePerSubject(schema.TurnsStream, schema.TurnsRoot, "aerie finished turns of conversations generated with --turns all, kept until the conversation's result is stored", replicas)
+}
+
+// TurnsStream opens the turns stream, creating it if needed (a
+// deployment whose streams predate it gets it from the first worker of a
+// --turns all run).
+func TurnsStream(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.Stream, error) {
+	opts = opts.withDefaults()
+	if err := ensureStream(ctx, js, turnsStream(opts.Replicas)); err != nil {
+		return nil, err
+	}
+	return js.Stream(ctx, schema.TurnsStream)
 }
 
 // LeaseTTL is how long a lease in the leases bucket lives without being

@@ -21,7 +21,7 @@ func TestSecondPublishIsAlreadyStored(t *testing.T) {
 	_, _, js := brokertest.Provisioned(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	subj := schema.PromptSubject("r", "p1")
+	subj := schema.PromptSubject("r", schema.Unit{ID: "p1"})
 	msg := func(id string) *nats.Msg {
 		m := nats.NewMsg(subj)
 		m.Data = []byte("x")

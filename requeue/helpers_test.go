@@ -152,10 +152,10 @@ func (b *bundle) deadLetter(run, id string, msgs []schema.Message, reason string
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	subject := schema.DeadSubject(run, id)
+	subject := schema.DeadSubject(run, schema.Unit{ID: id})
 	m := nats.NewMsg(subject)
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, id))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, schema.Unit{ID: id}))
 	m.Header.Set(schema.HeaderPromptID, id)
 	m.Header.Set(schema.HeaderRun, run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindDeadLetter))
@@ -173,9 +173,9 @@ func (b *bundle) result(id string) {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	m := nats.NewMsg(schema.ResultSubject(b.run, id))
+	m := nats.NewMsg(schema.ResultSubject(b.run, schema.Unit{ID: id}))
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(b.run, id))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(b.run, schema.Unit{ID: id}))
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindResult))
 	if _, err := b.js.PublishMsg(b.ctx, m, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 		b.t.Fatal(err)

@@ -43,7 +43,7 @@ func TestReplayUnreadableResult(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "r", "bad-1")
 	msgs := b.fetch(1)
-	garbage := nats.NewMsg(schema.ResultSubject("r", "bad-1"))
+	garbage := nats.NewMsg(schema.ResultSubject("r", schema.Unit{ID: "bad-1"}))
 	garbage.Data = []byte("not msgpack")
 	garbage.Header.Set(schema.HeaderPromptID, "bad-1")
 	if _, err := b.js.PublishMsg(b.ctx, garbage); err != nil {
@@ -59,10 +59,10 @@ func TestReplayUnreadableResult(t *testing.T) {
 	if rep.NumReplayed() != 1 || rep.Completed != 0 {
 		t.Fatalf("report %+v, want bad-1 replayed, not skipped as completed", rep)
 	}
-	if m := b.stored(schema.ResultsStream, schema.ResultSubject("r", "bad-1")); m != nil {
+	if m := b.stored(schema.ResultsStream, schema.ResultSubject("r", schema.Unit{ID: "bad-1"})); m != nil {
 		t.Errorf("the unreadable answer is still stored")
 	}
-	if m := b.stored(schema.DeadStream, schema.DeadSubject("r", "bad-1")); m != nil {
+	if m := b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: "bad-1"})); m != nil {
 		t.Errorf("the dead letter is still stored")
 	}
 	if got := b.fetch(1); len(got) != 1 || got[0].Headers().Get(schema.HeaderPromptID) != "bad-1" {

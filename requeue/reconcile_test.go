@@ -48,7 +48,7 @@ func reconcileBundle(t *testing.T) *reconcileFixture {
 	b.ack(msgs[4])
 	b.settled(1) // in-flight
 	r := b.requeuer()
-	if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", "lost")).Sequence); err != nil {
+	if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "lost"})).Sequence); err != nil {
 		t.Fatal(err)
 	}
 
@@ -116,7 +116,7 @@ func TestReconcile(t *testing.T) {
 	got := b.fetch(3)
 	sameIDs(t, "delivered", ids(got), "queued", "acked-lost", "lost")
 	b.nothingMore()
-	stored, err := schema.DecodePrompt(b.stored(schema.PromptsStream, schema.PromptSubject("r", "lost")).Data)
+	stored, err := schema.DecodePrompt(b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "lost"})).Data)
 	if err != nil || stored.Source != "prompts.jsonl:9" {
 		t.Errorf("requeued prompt %+v, %v; want source prompts.jsonl:9", stored, err)
 	}
@@ -190,7 +190,7 @@ func TestReconcileManyPrompts(t *testing.T) {
 	r := b.requeuer()
 	lost := []string{order[10], order[lookupBatch], order[n-1]}
 	for _, id := range lost {
-		if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", id)).Sequence); err != nil {
+		if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: id})).Sequence); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -86,11 +86,11 @@ func TestReplayByReason(t *testing.T) {
 	sameIDs(t, "delivered", ids(b.fetch(2)), "perm-1", "perm-2")
 	b.nothingMore()
 	for id, want := range map[string]bool{"perm-1": false, "perm-2": false, "exh-1": true, "done-1": true, "poison-1": true} {
-		if got := b.stored(schema.DeadStream, schema.DeadSubject("r", id)) != nil; got != want {
+		if got := b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: id})) != nil; got != want {
 			t.Errorf("dead letter of %s stored: %v, want %v", id, got, want)
 		}
 	}
-	if b.stored(schema.DeadStream, schema.DeadSubject("other", "x-1")) == nil {
+	if b.stored(schema.DeadStream, schema.DeadSubject("other", schema.Unit{ID: "x-1"})) == nil {
 		t.Error("the other run's dead letter was removed")
 	}
 
@@ -138,7 +138,7 @@ func TestReplayFinishesAnInterruptedReplay(t *testing.T) {
 	b := replayBundle(t)
 	r := b.requeuer()
 	p := prompt("exh-1")
-	if err := r.purge(b.ctx, r.prompts, b.stored(schema.PromptsStream, schema.PromptSubject("r", "exh-1"))); err != nil {
+	if err := r.purge(b.ctx, r.prompts, b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "exh-1"}))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.publish(b.ctx, &p); err != nil {

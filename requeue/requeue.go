@@ -78,11 +78,11 @@ func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	}
 	q := *p
 	q.Run = r.run
-	old, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, q.ID))
+	old, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, schema.Unit{ID: q.ID}))
 	if err != nil {
 		return 0, err
 	}
-	dead, err := r.last(ctx, r.dead, schema.DeadSubject(r.run, q.ID))
+	dead, err := r.last(ctx, r.dead, schema.DeadSubject(r.run, schema.Unit{ID: q.ID}))
 	if err != nil {
 		return 0, err
 	}
@@ -139,7 +139,7 @@ func (r *Requeuer) queuedCopy(ctx context.Context, p *schema.Prompt, old, dead *
 	if old == nil || dead == nil {
 		return false, nil
 	}
-	if old.Header.Get(schema.HeaderMsgID) == schema.MsgID(r.run, p.ID) || !old.Time.After(dead.Time) {
+	if old.Header.Get(schema.HeaderMsgID) == schema.MsgID(r.run, schema.Unit{ID: p.ID}) || !old.Time.After(dead.Time) {
 		return false, nil
 	}
 	workers, err := r.Workers(ctx)
@@ -178,7 +178,7 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	if err != nil {
 		return 0, fmt.Errorf("requeue prompt %q: %w", p.ID, err)
 	}
-	m := nats.NewMsg(schema.PromptSubject(r.run, p.ID))
+	m := nats.NewMsg(schema.PromptSubject(r.run, schema.Unit{ID: p.ID}))
 	m.Data = data
 	m.Header.Set(schema.HeaderMsgID, requeueMsgID(r.run, p.ID, time.Now()))
 	m.Header.Set(schema.HeaderPromptID, p.ID)
@@ -208,7 +208,7 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 // It differs from every earlier copy's, so the de-duplication window
 // (which remembers ids, not subjects) does not drop the new copy.
 func requeueMsgID(run, id string, now time.Time) string {
-	return schema.MsgID(run, id) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
+	return schema.MsgID(run, schema.Unit{ID: id}) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
 }
 
 // resetAttempts forgets the failures counted against a prompt, so that a
@@ -222,7 +222,7 @@ func (r *Requeuer) resetAttempts(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("requeue %q: open %s: %w", id, schema.AttemptsBucket, err)
 	}
-	if err := kv.Purge(ctx, schema.AttemptsKey(r.run, id)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := kv.Purge(ctx, schema.AttemptsKey(r.run, schema.Unit{ID: id})); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("requeue %q: reset its failure count: %w", id, err)
 	}
 	return nil

@@ -18,7 +18,7 @@ func TestRequeueDeliversAgain(t *testing.T) {
 	b.ack(first[1])
 	b.settled(0)
 	b.nothingMore()
-	oldSeq := b.stored(schema.PromptsStream, schema.PromptSubject("r", "p1")).Sequence
+	oldSeq := b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "p1"})).Sequence
 
 	for _, id := range []string{"p1", "p2"} {
 		p := prompt(id)
@@ -38,13 +38,13 @@ func TestRequeueDeliversAgain(t *testing.T) {
 		}
 		h := m.Headers()
 		id := h.Get(schema.HeaderPromptID)
-		if !strings.HasPrefix(h.Get(schema.HeaderMsgID), schema.MsgID("r", id)+"/r") || h.Get(schema.HeaderRun) != "r" ||
+		if !strings.HasPrefix(h.Get(schema.HeaderMsgID), schema.MsgID("r", schema.Unit{ID: id})+"/r") || h.Get(schema.HeaderRun) != "r" ||
 			h.Get(schema.HeaderSchema) != schema.SchemaHeader(schema.KindPrompt) || h.Get(schema.HeaderContentType) != schema.ContentTypeMsgpack {
 			t.Errorf("headers of the requeued prompt: %v", h)
 		}
 		b.ack(m)
 	}
-	if b.stored(schema.DeadStream, schema.DeadSubject("r", "p1")) != nil {
+	if b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: "p1"})) != nil {
 		t.Error("dead letter of p1 is still stored")
 	}
 	if n := b.states()[0].msgs; n != 2 {
@@ -62,13 +62,13 @@ func TestRequeueConvergesAfterCrashAfterPurge(t *testing.T) {
 	b.fail(b.fetch(1)[0], schema.ReasonExhausted)
 	b.settled(0)
 	r := b.requeuer()
-	subject := schema.PromptSubject("r", "p1")
+	subject := schema.PromptSubject("r", schema.Unit{ID: "p1"})
 	if err := r.purge(b.ctx, r.prompts, b.stored(schema.PromptsStream, subject)); err != nil {
 		t.Fatal(err)
 	}
 	// The crash: nothing more happens. The dead letter is still there,
 	// so a replay finds the prompt.
-	if b.stored(schema.DeadStream, schema.DeadSubject("r", "p1")) == nil {
+	if b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: "p1"})) == nil {
 		t.Fatal("dead letter gone after the first step")
 	}
 	p := prompt("p1")
@@ -78,7 +78,7 @@ func TestRequeueConvergesAfterCrashAfterPurge(t *testing.T) {
 	}
 	sameIDs(t, "delivered", ids(b.fetch(1)), "p1")
 	b.nothingMore()
-	if b.stored(schema.DeadStream, schema.DeadSubject("r", "p1")) != nil {
+	if b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: "p1"})) != nil {
 		t.Error("dead letter still stored")
 	}
 }
@@ -92,7 +92,7 @@ func TestRequeueConvergesAfterCrashAfterPublish(t *testing.T) {
 	b.fail(b.fetch(1)[0], schema.ReasonPermanent)
 	b.settled(0)
 	r := b.requeuer()
-	subject := schema.PromptSubject("r", "p1")
+	subject := schema.PromptSubject("r", schema.Unit{ID: "p1"})
 	if err := r.purge(b.ctx, r.prompts, b.stored(schema.PromptsStream, subject)); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestRequeueConvergesAfterCrashAfterPublish(t *testing.T) {
 	if seq := b.stored(schema.PromptsStream, subject).Sequence; seq != copySeq {
 		t.Fatalf("the queued copy was replaced: sequence %d, was %d", seq, copySeq)
 	}
-	if b.stored(schema.DeadStream, schema.DeadSubject("r", "p1")) != nil {
+	if b.stored(schema.DeadStream, schema.DeadSubject("r", schema.Unit{ID: "p1"})) != nil {
 		t.Error("dead letter still stored")
 	}
 	sameIDs(t, "delivered", ids(b.fetch(1)), "p1")
@@ -126,7 +126,7 @@ func TestRequeueAfterCrashRequeuesACopyThatFailedAgain(t *testing.T) {
 	b.fail(b.fetch(1)[0], schema.ReasonPermanent)
 	b.settled(0)
 	r := b.requeuer()
-	subject := schema.PromptSubject("r", "p1")
+	subject := schema.PromptSubject("r", schema.Unit{ID: "p1"})
 	if err := r.purge(b.ctx, r.prompts, b.stored(schema.PromptsStream, subject)); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestRequeuePublishesALostPrompt(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "r", "p1", "p2")
 	r := b.requeuer()
-	subject := schema.PromptSubject("r", "p1")
+	subject := schema.PromptSubject("r", schema.Unit{ID: "p1"})
 	if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, subject).Sequence); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestRequeueKeepsSource(t *testing.T) {
 	if _, err := r.Requeue(b.ctx, &bare); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := schema.DecodePrompt(b.stored(schema.PromptsStream, schema.PromptSubject("r", "p1")).Data)
+	stored, err := schema.DecodePrompt(b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "p1"})).Data)
 	if err != nil || stored.Source != "in.jsonl:7" {
 		t.Fatalf("stored prompt %+v, %v; want source in.jsonl:7", stored, err)
 	}

@@ -122,7 +122,7 @@ func (r *Requeuer) last(ctx context.Context, s jetstream.Stream, subject string)
 // HasResult reports whether the results stream holds an answer to the
 // prompt: then it is done, or waits only for the aggregator.
 func (r *Requeuer) HasResult(ctx context.Context, id string) (bool, error) {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
 	return m != nil, err
 }
 
@@ -139,7 +139,7 @@ const (
 
 // resultOf tells what the results stream holds for prompt id.
 func (r *Requeuer) resultOf(ctx context.Context, id string) (resultKind, error) {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
 	switch {
 	case err != nil:
 		return noResult, err
@@ -157,7 +157,7 @@ func (r *Requeuer) resultOf(ctx context.Context, id string) (resultKind, error) 
 
 // dropResult removes the result stored for prompt id.
 func (r *Requeuer) dropResult(ctx context.Context, id string) error {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, id))
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
 	if err != nil || m == nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func Classify(seq uint64, workers *jetstream.ConsumerInfo) State {
 // delivered and settled after the read is seen as InFlight or Queued,
 // never the reverse.
 func (r *Requeuer) PromptState(ctx context.Context, id string, workers *jetstream.ConsumerInfo) (State, error) {
-	m, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, id))
+	m, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, schema.Unit{ID: id}))
 	if err != nil || m == nil {
 		return Missing, err
 	}

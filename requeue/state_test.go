@@ -47,7 +47,7 @@ func TestPromptStateFollowsTheConsumer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "r", "acked", "pending", "acked-above", "queued", "lost")
 	r := b.requeuer()
-	if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", "lost")).Sequence); err != nil {
+	if err := r.prompts.DeleteMsg(b.ctx, b.stored(schema.PromptsStream, schema.PromptSubject("r", schema.Unit{ID: "lost"})).Sequence); err != nil {
 		t.Fatal(err)
 	}
 	got := b.fetch(3)

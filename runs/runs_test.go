@@ -63,17 +63,17 @@ func queueRun(t *testing.T, js jetstream.JetStream, run string, s shape) {
 	}
 	prompts := brokertest.Prompts(s.prompts)
 	for _, p := range prompts[:s.results] {
-		publish(schema.ResultSubject(run, p.ID), []byte("result"))
+		publish(schema.ResultSubject(run, schema.Unit{ID: p.ID}), []byte("result"))
 	}
 	for _, p := range prompts[s.results : s.results+s.dead] {
-		publish(schema.DeadSubject(run, p.ID), []byte("dead letter"))
+		publish(schema.DeadSubject(run, schema.Unit{ID: p.ID}), []byte("dead letter"))
 	}
 	attempts, err := provision.AttemptsBucket(ctx, js, provision.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range prompts[:s.attempts] {
-		if _, err := attempts.Put(ctx, schema.AttemptsKey(run, p.ID), []byte("1")); err != nil {
+		if _, err := attempts.Put(ctx, schema.AttemptsKey(run, schema.Unit{ID: p.ID}), []byte("1")); err != nil {
 			t.Fatal(err)
 		}
 	}

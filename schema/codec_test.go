@@ -129,7 +129,7 @@ func TestDeadLetterPromptSeq(t *testing.T) {
 		{nats.Header{HeaderPromptSeq: {"42"}}, 42, true},
 		{nats.Header{HeaderPromptSeq: {"x"}}, 0, false},
 		{nats.Header{HeaderMsgID: {DeadMsgID("r", "abc", 17, 3)}}, 17, true},
-		{nats.Header{HeaderMsgID: {MsgID("r", "p")}}, 0, false}, // an older dead letter's id carries no sequence
+		{nats.Header{HeaderMsgID: {MsgID("r", Unit{ID: "p"})}}, 0, false}, // an older dead letter's id carries no sequence
 		{nats.Header{}, 0, false},
 	} {
 		got, ok := DeadLetterPromptSeq(tc.header)

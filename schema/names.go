@@ -44,6 +44,11 @@ const (
 	// that two aggregators, on one host or two, never write one run. Its
 	// entries expire unless renewed (see Lease).
 	LeasesBucket = "aerie-leases"
+	// TurnsStream keeps, for a conversation generated with --turns all,
+	// each finished turn but the last (Turn), one per subject, until the
+	// conversation's result is stored: a worker continues a conversation
+	// after its last stored turn.
+	TurnsStream = "AERIE_TURNS"
 )
 
 // AggregatorLeaseKey is the key, in LeasesBucket, of the lease that lets
@@ -51,7 +56,7 @@ const (
 func AggregatorLeaseKey(run string) string { return "aggregator." + run }
 
 // AttemptsKey is a prompt's key in AttemptsBucket.
-func AttemptsKey(run, promptID string) string { return run + "." + SubjectToken(promptID) }
+func AttemptsKey(run string, u Unit) string { return run + "." + u.Token() }
 
 // Subject roots. Subjects are <root>.<run>.<token> where token is
 // SubjectToken(prompt id).
@@ -60,6 +65,7 @@ const (
 	ResultsRoot = "aerie.results"
 	DeadRoot    = "aerie.dead"
 	EventsRoot  = "aerie.events"
+	TurnsRoot   = "aerie.turns"
 )
 
 // Header names. Every aerie message carries them so that `nats stream view`
@@ -83,6 +89,11 @@ const (
 	// HeaderPromptSeq holds, on a dead letter, the stream sequence of the
 	// prompt message whose delivery failed (DeadLetter.PromptSeq).
 	HeaderPromptSeq = "Aerie-Prompt-Seq"
+	// HeaderSample holds the sample of a unit (Unit.Sample) when it is
+	// not 0.
+	HeaderSample = "Aerie-Sample"
+	// HeaderTurn holds, on a stored turn, its index from 0.
+	HeaderTurn = "Aerie-Turn"
 )
 
 // Content types.
@@ -111,19 +122,30 @@ func SubjectToken(promptID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// PromptSubject is the subject of one prompt of a run.
-func PromptSubject(run, promptID string) string {
-	return PromptsRoot + "." + run + "." + SubjectToken(promptID)
+// PromptSubject is the subject of one unit (prompt and sample) of a run.
+func PromptSubject(run string, u Unit) string {
+	return PromptsRoot + "." + run + "." + u.Token()
 }
 
-// ResultSubject is the subject of the one result of a prompt.
-func ResultSubject(run, promptID string) string {
-	return ResultsRoot + "." + run + "." + SubjectToken(promptID)
+// ResultSubject is the subject of the one result of a unit.
+func ResultSubject(run string, u Unit) string {
+	return ResultsRoot + "." + run + "." + u.Token()
 }
 
-// DeadSubject is the subject of the dead letter of a prompt.
-func DeadSubject(run, promptID string) string {
-	return DeadRoot + "." + run + "." + SubjectToken(promptID)
+// DeadSubject is the subject of the dead letter of a unit.
+func DeadSubject(run string, u Unit) string {
+	return DeadRoot + "." + run + "." + u.Token()
+}
+
+// TurnSubject is the subject of turn (from 0) of a unit generated with
+// --turns all: <root>.<run>.<unit token>.<turn>.
+func TurnSubject(run string, u Unit, turn int) string {
+	return TurnsRoot + "." + run + "." + u.Token() + "." + strconv.Itoa(turn)
+}
+
+// TurnsFilter matches every stored turn of a unit.
+func TurnsFilter(run string, u Unit) string {
+	return TurnsRoot + "." + run + "." + u.Token() + ".*"
 }
 
 // PromptToken returns the subject token of a message about one prompt,
@@ -201,10 +223,10 @@ func DeadLetterPromptSeq(h nats.Header) (seq uint64, ok bool) {
 	return n, err == nil && n > 0
 }
 
-// MsgID is the Nats-Msg-Id of every message about one prompt of a run.
-// It is unique per stream, so the same value serves prompts, results and
+// MsgID is the Nats-Msg-Id of every message about one unit of a run. It
+// is unique per stream, so the same value serves prompts, results and
 // dead letters.
-func MsgID(run, promptID string) string { return run + "/" + SubjectToken(promptID) }
+func MsgID(run string, u Unit) string { return run + "/" + u.Token() }
 
 // SafeToken turns any string (a host name, say) into a subject token by
 // replacing every character outside [A-Za-z0-9_-] with '-'. An empty

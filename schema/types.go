@@ -9,20 +9,31 @@ import (
 // reads. A change that old readers cannot ignore bumps it.
 const Version = 1
 
-// Message is one chat turn.
+// Message is one chat turn. Role and Content are all an input message
+// has; an assistant turn that aerie generated (an earlier turn of a
+// conversation regenerated with --turns all) also carries what the model
+// returned with it, so that the training example keeps the model's own
+// reasoning, finish reason, usage and token ids for every turn.
 type Message struct {
 	Role    string `msgpack:"role" json:"role"`
 	Content string `msgpack:"content" json:"content"`
+	// Reasoning is the model's thinking for a generated turn; empty for
+	// input turns and for answers without reasoning.
+	Reasoning    string `msgpack:"reasoning,omitempty" json:"reasoning,omitempty"`
+	FinishReason string `msgpack:"finish_reason,omitempty" json:"finish_reason,omitempty"`
+	Usage        *Usage `msgpack:"usage,omitempty" json:"usage,omitempty"`
+	// PromptTokenIDs and TokenIDs are the backend's token ids of the
+	// prompt it rendered for this turn and of the answer, when the run
+	// asked for them (Manifest.ReturnTokenIDs).
+	PromptTokenIDs []int `msgpack:"prompt_token_ids,omitempty" json:"prompt_token_ids,omitempty"`
+	TokenIDs       []int `msgpack:"token_ids,omitempty" json:"token_ids,omitempty"`
 }
 
-// Params are the sampling parameters of a run. Nil pointers mean "not
-// sent": the backend's default applies.
-type Params struct {
-	// MaxTokens caps completion tokens; zero lets the backend fill the
-	// context window.
-	MaxTokens   int      `msgpack:"max_tokens,omitempty" json:"max_tokens,omitempty"`
-	Temperature *float64 `msgpack:"temperature,omitempty" json:"temperature,omitempty"`
-	TopP        *float64 `msgpack:"top_p,omitempty" json:"top_p,omitempty"`
+// Usage is a backend's token count for one request, or a sum of them.
+// Completion tokens include reasoning tokens.
+type Usage struct {
+	PromptTokens     int `msgpack:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int `msgpack:"completion_tokens" json:"completion_tokens"`
 }
 
 // Prompt is one unit of work: the conversation to complete.
@@ -34,13 +45,29 @@ type Prompt struct {
 	// Source is "<file>:<line>" of the input line, for error reports.
 	Source string `msgpack:"source,omitempty"`
 	// MaxTokens, when positive, overrides the run's max_tokens for this
-	// prompt (a replay with a larger budget for a truncated answer).
+	// prompt (a replay with a larger budget for a truncated answer). It
+	// wins over Params.MaxTokens.
 	MaxTokens int `msgpack:"max_tokens,omitempty"`
+	// Sample is which of the run's Manifest.Samples this message asks
+	// for, from 0. Each sample is queued, answered, failed and replayed on
+	// its own (see Unit).
+	Sample int `msgpack:"sample,omitempty"`
+	// Params, when not nil, are the input line's own parameters: they
+	// override the run's for this prompt (see Params.Override).
+	Params *Params `msgpack:"params,omitempty"`
 }
+
+// Unit is the prompt's unit of work: its id and sample.
+func (p *Prompt) Unit() Unit { return Unit{ID: p.ID, Sample: p.Sample} }
 
 // Result is a prompt's answer as a worker received it. It repeats the
 // prompt's messages so that the aggregator writes a complete training
 // example without looking anything up.
+//
+// With --turns all, Messages is the prompt of the last turn as it was
+// sent, in which every earlier assistant turn is the model's own answer
+// (with its Reasoning, FinishReason, Usage and token ids), and Reasoning,
+// Content and FinishReason are the last turn's answer.
 type Result struct {
 	V            int       `msgpack:"v"`
 	Run          string    `msgpack:"run"`
@@ -54,8 +81,9 @@ type Result struct {
 	// Truncated is set when the answer stopped at max_tokens
 	// (finish_reason "length") and the run keeps such answers.
 	Truncated bool `msgpack:"truncated,omitempty"`
-	// PromptTokens and CompletionTokens are the backend's usage figures;
-	// completion tokens include reasoning tokens.
+	// PromptTokens and CompletionTokens are the backend's usage figures,
+	// summed over the turns generated; completion tokens include
+	// reasoning tokens.
 	PromptTokens     int    `msgpack:"prompt_tokens"`
 	CompletionTokens int    `msgpack:"completion_tokens"`
 	Worker           string `msgpack:"worker"`
@@ -68,7 +96,21 @@ type Result struct {
 	// says so in system_fingerprint; see SimulatedFingerprint), so that
 	// rehearsal data cannot pass for a real model's.
 	Simulated bool `msgpack:"simulated,omitempty"`
+	// Sample is the sample this result answers (see Prompt.Sample).
+	Sample int `msgpack:"sample,omitempty"`
+	// Turns is how many assistant turns were generated: 1 with --turns
+	// last; with --turns all, every turn of the conversation, or fewer
+	// when a turn was cut at max_tokens and kept (Truncated). Zero in
+	// results written before it existed, which had one.
+	Turns int `msgpack:"turns,omitempty"`
+	// PromptTokenIDs and TokenIDs are the last turn's token ids, when the
+	// run asked for them.
+	PromptTokenIDs []int `msgpack:"prompt_token_ids,omitempty"`
+	TokenIDs       []int `msgpack:"token_ids,omitempty"`
 }
+
+// Unit is the result's unit of work: its id and sample.
+func (r *Result) Unit() Unit { return Unit{ID: r.ID, Sample: r.Sample} }
 
 // SimulatedFingerprint is the system_fingerprint aerie's simulator puts in
 // every response. A worker that sees it marks the result Simulated.
@@ -171,7 +213,19 @@ type DeadLetter struct {
 	// earlier failure of the same message (settle at once) from one left
 	// by an earlier copy. Zero when unknown.
 	PromptSeq uint64 `msgpack:"prompt_seq,omitempty"`
+	// Sample is the sample that failed (see Prompt.Sample).
+	Sample int `msgpack:"sample,omitempty"`
+	// Turn is, with --turns all, the turn that failed, from 1; the turns
+	// before it are stored (TurnsStream) and a replay continues from it.
+	// Zero with --turns last.
+	Turn int `msgpack:"turn,omitempty"`
+	// Params are the prompt's own parameters (Prompt.Params), kept so
+	// that a replay queues the prompt as it was.
+	Params *Params `msgpack:"params,omitempty"`
 }
+
+// Unit is the dead letter's unit of work: its id and sample.
+func (d *DeadLetter) Unit() Unit { return Unit{ID: d.ID, Sample: d.Sample} }
 
 // MaxErrorBody bounds the response body kept in a dead letter: enough for
 // any error JSON vLLM sends, small enough that a misbehaving proxy's HTML
@@ -196,4 +250,45 @@ type Manifest struct {
 	// so that producing the run again from an edited file is refused.
 	// Empty in manifests written before it existed.
 	PromptsDigest string `json:"prompts_digest,omitempty"`
+	// Turns is TurnsLast (empty in manifests written before it existed)
+	// or TurnsAll.
+	Turns string `json:"turns,omitempty"`
+	// ContextReasoning says what goes back into the context of a later
+	// turn with TurnsAll: ContextReasoningDrop (empty) sends earlier
+	// answers as content only, ContextReasoningKeep adds their reasoning
+	// as reasoning_content.
+	ContextReasoning string `json:"context_reasoning,omitempty"`
+	// Samples is how many independent answers each prompt gets; zero
+	// means one.
+	Samples int `json:"samples,omitempty"`
+	// ReturnTokenIDs asks the backend (vLLM's return_token_ids) for the
+	// token ids of every prompt and answer, stored with each turn.
+	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
+	// Prompts is the number of prompts; Total, the number of output lines
+	// expected, is Prompts x Samples. Zero in manifests written before it
+	// existed, whose Total counts prompts.
+	Prompts int `json:"prompts,omitempty"`
+	// TotalTurns is the number of requests the run makes when every turn
+	// succeeds: Total with TurnsLast, the sum of every conversation's
+	// turns (times Samples) with TurnsAll. Zero means Total.
+	TotalTurns int `json:"total_turns,omitempty"`
+}
+
+// TurnsMode is Turns or its default, TurnsLast.
+func (m *Manifest) TurnsMode() string {
+	if m.Turns == "" {
+		return TurnsLast
+	}
+	return m.Turns
+}
+
+// SampleCount is Samples or its default, 1.
+func (m *Manifest) SampleCount() int { return max(m.Samples, 1) }
+
+// Requests is TotalTurns or its default, Total.
+func (m *Manifest) Requests() int {
+	if m.TotalTurns > 0 {
+		return m.TotalTurns
+	}
+	return m.Total
 }

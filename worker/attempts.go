@@ -17,7 +17,7 @@ import (
 // hand-backs during outages and crashed workers, which are not the
 // prompt's fault.
 func (w *Worker) countFailure(ctx context.Context, promptID string) (int, error) {
-	key := schema.AttemptsKey(w.cfg.Run, promptID)
+	key := schema.AttemptsKey(w.cfg.Run, schema.Unit{ID: promptID})
 	for range 10 {
 		e, err := w.attempts.Get(ctx, key)
 		switch {

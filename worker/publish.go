@@ -41,7 +41,7 @@ func (w *Worker) publishResult(ctx context.Context, attempt int, p *schema.Promp
 	if err != nil {
 		return err
 	}
-	out := w.message(schema.ResultSubject(w.cfg.Run, p.ID), schema.KindResult, p.ID, data)
+	out := w.message(schema.ResultSubject(w.cfg.Run, schema.Unit{ID: p.ID}), schema.KindResult, p.ID, data)
 	return w.store(ctx, out)
 }
 
@@ -109,7 +109,7 @@ func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, subject string, d *d
 func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, id))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, schema.Unit{ID: id}))
 	if id != "" {
 		m.Header.Set(schema.HeaderPromptID, id)
 	}

@@ -22,7 +22,7 @@ import (
 // look-up, which only costs a generation.
 func (w *Worker) settledBefore(ctx context.Context, d *delivery, p *schema.Prompt) bool {
 	log := w.log.With("id", p.ID, "delivery", d.attempt)
-	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, p.ID))
+	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, schema.Unit{ID: p.ID}))
 	if err != nil {
 		log.Warn("cannot look for an earlier result of a redelivered prompt; generating it", "err", err)
 		return false
@@ -35,7 +35,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, p *schema.Promp
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
 		return true
 	}
-	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, p.ID))
+	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, schema.Unit{ID: p.ID}))
 	if err != nil {
 		log.Warn("cannot look for an earlier dead letter of a redelivered prompt; generating it", "err", err)
 		return false

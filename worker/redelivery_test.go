@@ -57,7 +57,7 @@ func TestRedeliveredPromptWithStoredResultIsNotGenerated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, id), data); err != nil {
+	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, schema.Unit{ID: id}), data); err != nil {
 		t.Fatal(err)
 	}
 
@@ -90,7 +90,7 @@ func TestRedeliveredDeadLetterIsSettledAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dl := nats.NewMsg(schema.DeadSubject(b.run, id))
+	dl := nats.NewMsg(schema.DeadSubject(b.run, schema.Unit{ID: id}))
 	dl.Data = data
 	dl.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(b.run, token, meta.Sequence.Stream, 1))
 	dl.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(meta.Sequence.Stream, 10))

@@ -317,7 +317,7 @@ func TestAlreadyStoredResultIsAcked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, "p0001"), data); err != nil {
+	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, schema.Unit{ID: "p0001"}), data); err != nil {
 		t.Fatal(err)
 	}
 	_, url := newFakeLLM(t, &fakeLLM{})
@@ -519,7 +519,7 @@ func TestPoisonPromptIsDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for id, data := range map[string][]byte{"garbage": []byte("\xc1 not msgpack"), "future": {0x81, 0xa1, 'v', 0x63}} {
-		m := nats.NewMsg(schema.PromptSubject(b.run, id))
+		m := nats.NewMsg(schema.PromptSubject(b.run, schema.Unit{ID: id}))
 		m.Data = data
 		m.Header.Set(schema.HeaderPromptID, id)
 		if _, err := b.js.PublishMsg(ctx, m); err != nil {

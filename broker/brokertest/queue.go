@@ -54,9 +54,9 @@ func Queue(t testing.TB, js jetstream.JetStream, m schema.Manifest, prompts []sc
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := nats.NewMsg(schema.PromptSubject(m.Run, p.ID))
+		msg := nats.NewMsg(schema.PromptSubject(m.Run, schema.Unit{ID: p.ID}))
 		msg.Data = data
-		msg.Header.Set(schema.HeaderMsgID, schema.MsgID(m.Run, p.ID))
+		msg.Header.Set(schema.HeaderMsgID, schema.MsgID(m.Run, schema.Unit{ID: p.ID}))
 		msg.Header.Set(schema.HeaderPromptID, p.ID)
 		msg.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 		if _, err := js.PublishMsg(ctx, msg); err != nil && !provision.IsAlreadyStored(err) {
