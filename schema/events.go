@@ -50,6 +50,11 @@ type Heartbeat struct {
 	DeadLettered int64 `json:"dead_lettered"`
 	// Retried counts transient failures handed back for a later attempt.
 	Retried int64 `json:"retried"`
+	// InterimTurns is, with --turns all, how many turns are finished and
+	// stored of the conversations this worker holds and has not finished:
+	// a gauge, not a counter, so that a lost heartbeat or a dead worker
+	// never makes the aggregator count a turn twice.
+	InterimTurns int `json:"interim_turns,omitempty"`
 	// Paused is set, with PausedReason, while the worker has stopped
 	// pulling: its backend is down, or it is shutting down
 	// (PausedStopping).
@@ -66,8 +71,17 @@ type Throughput struct {
 	Run   string    `json:"run"`
 	Time  time.Time `json:"time"`
 	Phase Phase     `json:"phase"`
-	// Total is the number of prompts in the run manifest.
+	// Total is the number of output lines the run expects: prompts times
+	// samples (Manifest.Total).
 	Total int `json:"total"`
+	// TotalTurns and CompletedTurns count requests (turns) rather than
+	// lines, with --turns all: the ETA is computed in turns, so that a mix
+	// of one- and five-turn conversations is measured honestly.
+	// CompletedTurns includes the turns of conversations still going
+	// (Heartbeat.InterimTurns) and those a failure or a kept truncated
+	// turn left ungenerated. Both are zero with --turns last.
+	TotalTurns     int `json:"total_turns,omitempty"`
+	CompletedTurns int `json:"completed_turns,omitempty"`
 	// Completed and Failed count lines in completions.jsonl and failed.jsonl,
 	// including those written before the aggregator (re)started.
 	Completed int `json:"completed"`
