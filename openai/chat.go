@@ -1,9 +1,11 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
 )
@@ -43,13 +45,17 @@ type ChatRequest struct {
 	Seed              *int64
 	Stop              []string
 	ReasoningEffort   string
-	// ChatTemplateKwargs, a JSON object, is sent as chat_template_kwargs.
+	// ChatTemplateKwargs, a JSON object, is sent as chat_template_kwargs;
+	// empty sends nothing, and anything but an object is refused
+	// (Permanent) before the request is sent.
 	ChatTemplateKwargs json.RawMessage
 	// ReturnTokenIDs asks vLLM for the token ids of the prompt and the
 	// answer (Completion.PromptTokenIDs and TokenIDs).
 	ReturnTokenIDs bool
 	// ExtraBody, a JSON object, is merged into the request body last: its
-	// keys replace any the fields above produced.
+	// keys replace any the fields above produced (a null value sends
+	// null). Empty adds nothing; anything but an object is refused
+	// (Permanent) before the request is sent.
 	ExtraBody json.RawMessage
 }
 
@@ -111,13 +117,23 @@ type Progress func(tokens int)
 
 // chatBody is the wire form of a chat completion request.
 type chatBody struct {
-	Model         string         `json:"model,omitempty"`
-	Messages      []Message      `json:"messages"`
-	MaxTokens     int            `json:"max_tokens,omitempty"`
-	Temperature   *float64       `json:"temperature,omitempty"`
-	TopP          *float64       `json:"top_p,omitempty"`
-	Stream        bool           `json:"stream,omitempty"`
-	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	Model              string          `json:"model,omitempty"`
+	Messages           []Message       `json:"messages"`
+	MaxTokens          int             `json:"max_tokens,omitempty"`
+	Temperature        *float64        `json:"temperature,omitempty"`
+	TopP               *float64        `json:"top_p,omitempty"`
+	TopK               *int            `json:"top_k,omitempty"`
+	MinP               *float64        `json:"min_p,omitempty"`
+	PresencePenalty    *float64        `json:"presence_penalty,omitempty"`
+	FrequencyPenalty   *float64        `json:"frequency_penalty,omitempty"`
+	RepetitionPenalty  *float64        `json:"repetition_penalty,omitempty"`
+	Seed               *int64          `json:"seed,omitempty"`
+	Stop               []string        `json:"stop,omitempty"`
+	ReasoningEffort    string          `json:"reasoning_effort,omitempty"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
+	ReturnTokenIDs     bool            `json:"return_token_ids,omitempty"`
+	Stream             bool            `json:"stream,omitempty"`
+	StreamOptions      *streamOptions  `json:"stream_options,omitempty"`
 }
 
 type streamOptions struct {
@@ -135,12 +151,28 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 	if req.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: negative max tokens %d", errInvalidRequest, req.MaxTokens)
 	}
+	if err := checkObject("chat template kwargs", req.ChatTemplateKwargs); err != nil {
+		return nil, err
+	}
+	if err := checkObject("extra body", req.ExtraBody); err != nil {
+		return nil, err
+	}
 	body := chatBody{
-		Model:       req.Model,
-		Messages:    req.Messages,
-		MaxTokens:   req.MaxTokens,
-		Temperature: req.Temperature,
-		TopP:        req.TopP,
+		Model:              req.Model,
+		Messages:           req.Messages,
+		MaxTokens:          req.MaxTokens,
+		Temperature:        req.Temperature,
+		TopP:               req.TopP,
+		TopK:               req.TopK,
+		MinP:               req.MinP,
+		PresencePenalty:    req.PresencePenalty,
+		FrequencyPenalty:   req.FrequencyPenalty,
+		RepetitionPenalty:  req.RepetitionPenalty,
+		Seed:               req.Seed,
+		Stop:               req.Stop,
+		ReasoningEffort:    req.ReasoningEffort,
+		ChatTemplateKwargs: req.ChatTemplateKwargs,
+		ReturnTokenIDs:     req.ReturnTokenIDs,
 	}
 	if stream {
 		body.Stream = true
@@ -151,7 +183,42 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 		// Only NaN or infinite sampling parameters get here.
 		return nil, fmt.Errorf("%w: %w", errInvalidRequest, err)
 	}
-	return b, nil
+	if len(req.ExtraBody) == 0 {
+		return b, nil
+	}
+	return mergeExtraBody(b, req.ExtraBody)
+}
+
+// checkObject reports an error unless raw is empty (not sent) or one
+// JSON object.
+func checkObject(what string, raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(raw) {
+		return fmt.Errorf("%w: %s must be a JSON object, got %s", errInvalidRequest, what, truncate(string(raw), 80))
+	}
+	return nil
+}
+
+// mergeExtraBody returns the request body b with the keys of the JSON
+// object extra added, replacing those b already has. Both must be JSON
+// objects.
+func mergeExtraBody(b []byte, extra json.RawMessage) ([]byte, error) {
+	var fields, add map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, fmt.Errorf("%w: %w", errInvalidRequest, err)
+	}
+	if err := json.Unmarshal(extra, &add); err != nil {
+		return nil, fmt.Errorf("%w: extra body: %w", errInvalidRequest, err)
+	}
+	maps.Copy(fields, add)
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("%w: extra body: %w", errInvalidRequest, err)
+	}
+	return out, nil
 }
 
 // Chat runs a non-streaming chat completion. It is for short requests and
@@ -222,6 +289,8 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 		TTFT:              ttft,
 		Latency:           latency,
 		SystemFingerprint: r.SystemFingerprint,
+		PromptTokenIDs:    r.PromptTokenIDs,
+		TokenIDs:          choice.TokenIDs,
 	}
 	if r.Usage != nil {
 		comp.Usage = *r.Usage
@@ -238,6 +307,9 @@ type wholeResponse struct {
 	SystemFingerprint string        `json:"system_fingerprint"`
 	Choices           []wholeChoice `json:"choices"`
 	Usage             *Usage        `json:"usage"`
+	// PromptTokenIDs is vLLM's prompt_token_ids, sent when the request
+	// had return_token_ids; nil otherwise.
+	PromptTokenIDs []int `json:"prompt_token_ids"`
 	errorEnvelope
 }
 
@@ -245,6 +317,8 @@ type wholeChoice struct {
 	Index        int       `json:"index"`
 	Message      textParts `json:"message"`
 	FinishReason string    `json:"finish_reason"`
+	// TokenIDs is vLLM's token_ids of the answer, as PromptTokenIDs.
+	TokenIDs []int `json:"token_ids"`
 }
 
 // textParts holds the text fields of a message or a delta. Reasoning is

@@ -112,6 +112,11 @@ type streamState struct {
 	counted      int // tokens reported to progress so far
 	ttft         time.Duration
 	latency      time.Duration
+	// promptTokenIDs and tokenIDs are vLLM's token ids: the prompt's from
+	// the first chunk that has them, the answer's concatenated over the
+	// chunks; nil unless the server sent them.
+	promptTokenIDs []int
+	tokenIDs       []int
 }
 
 // streamChunk is one data chunk of a chat completion stream, or an error
@@ -124,8 +129,14 @@ type streamChunk struct {
 		Index        int       `json:"index"`
 		Delta        textParts `json:"delta"`
 		FinishReason *string   `json:"finish_reason"`
+		// TokenIDs are the ids of this chunk's tokens (vLLM's
+		// return_token_ids).
+		TokenIDs []int `json:"token_ids"`
 	} `json:"choices"`
 	Usage *Usage `json:"usage"`
+	// PromptTokenIDs comes with the first chunk when the request had
+	// return_token_ids.
+	PromptTokenIDs []int `json:"prompt_token_ids"`
 	errorEnvelope
 }
 
@@ -164,6 +175,9 @@ func (s *streamState) chunk(c *streamChunk) {
 	if s.fingerprint == "" {
 		s.fingerprint = c.SystemFingerprint
 	}
+	if s.promptTokenIDs == nil && c.PromptTokenIDs != nil {
+		s.promptTokenIDs = c.PromptTokenIDs
+	}
 	text := false
 	for i := range c.Choices {
 		ch := &c.Choices[i]
@@ -176,6 +190,14 @@ func (s *streamState) chunk(c *streamChunk) {
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			s.finishReason = *ch.FinishReason
+		}
+		if ch.TokenIDs != nil {
+			if s.tokenIDs == nil {
+				// The chunk's slice is its own (decoded afresh): keep it.
+				s.tokenIDs = ch.TokenIDs
+			} else {
+				s.tokenIDs = append(s.tokenIDs, ch.TokenIDs...)
+			}
 		}
 	}
 	if text && s.ttft == 0 {
@@ -210,6 +232,8 @@ func (s *streamState) completion() *Completion {
 		Latency:           s.latency,
 		Chunks:            s.chunks,
 		SystemFingerprint: s.fingerprint,
+		PromptTokenIDs:    s.promptTokenIDs,
+		TokenIDs:          s.tokenIDs,
 	}
 }
 
