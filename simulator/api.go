@@ -15,18 +15,33 @@ import (
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ReasoningContent is the reasoning of an earlier assistant turn,
+	// sent back for chat templates that render it. The simulator renders
+	// it: it counts toward the prompt's tokens and changes the answer.
+	// A message may carry it as reasoning_content or, as newer vLLM
+	// accepts, reasoning; empty means none, and leaves the prompt as it
+	// was without the field.
+	ReasoningContent string `json:"reasoning_content,omitempty"`
 }
 
 // UnmarshalJSON accepts content as a string, null, or an array of parts.
 func (m *Message) UnmarshalJSON(b []byte) error {
 	var raw struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role             string          `json:"role"`
+		Content          json.RawMessage `json:"content"`
+		ReasoningContent *string         `json:"reasoning_content"`
+		Reasoning        *string         `json:"reasoning"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	m.Role, m.Content = raw.Role, ""
+	m.Role, m.Content, m.ReasoningContent = raw.Role, "", ""
+	switch {
+	case raw.ReasoningContent != nil && *raw.ReasoningContent != "":
+		m.ReasoningContent = *raw.ReasoningContent
+	case raw.Reasoning != nil:
+		m.ReasoningContent = *raw.Reasoning
+	}
 	c := bytes.TrimSpace(raw.Content)
 	switch {
 	case len(c) == 0 || string(c) == "null":
@@ -54,16 +69,29 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 }
 
 // chatRequest is the part of a chat completion request the simulator
-// reads; other fields are accepted and ignored.
+// reads; other fields are accepted and ignored, as vLLM ignores (and
+// logs) fields it does not know. Null means not given. Fields whose
+// JSON type vLLM checks beyond what decoding does are kept raw and
+// checked in parseSampling.
 type chatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []Message      `json:"messages"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Temperature         *float64       `json:"temperature"`
-	TopP                *float64       `json:"top_p"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options"`
+	Model               string          `json:"model"`
+	Messages            []Message       `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float64        `json:"min_p"`
+	PresencePenalty     *float64        `json:"presence_penalty"`
+	FrequencyPenalty    *float64        `json:"frequency_penalty"`
+	RepetitionPenalty   *float64        `json:"repetition_penalty"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	ReasoningEffort     *string         `json:"reasoning_effort"`
+	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
+	ReturnTokenIDs      *bool           `json:"return_token_ids"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
 }
 
 type streamOptions struct {
@@ -92,6 +120,8 @@ type completion struct {
 	SystemFingerprint string             `json:"system_fingerprint"`
 	Choices           []completionChoice `json:"choices"`
 	Usage             *usage             `json:"usage"`
+	// PromptTokenIDs is sent when the request had return_token_ids.
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
 type completionChoice struct {
@@ -99,6 +129,9 @@ type completionChoice struct {
 	Message      responseMessage `json:"message"`
 	Logprobs     *struct{}       `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
+	// TokenIDs is sent when the request had return_token_ids: one id per
+	// completion token.
+	TokenIDs []int `json:"token_ids,omitempty"`
 }
 
 // responseMessage carries the reasoning in whichever field the config
@@ -121,6 +154,9 @@ type chunk struct {
 	SystemFingerprint string        `json:"system_fingerprint"`
 	Choices           []chunkChoice `json:"choices"`
 	Usage             *usage        `json:"usage,omitempty"`
+	// PromptTokenIDs is sent on the first chunk when the request had
+	// return_token_ids.
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 }
 
 type chunkChoice struct {
@@ -128,6 +164,9 @@ type chunkChoice struct {
 	Delta        delta     `json:"delta"`
 	Logprobs     *struct{} `json:"logprobs"`
 	FinishReason *string   `json:"finish_reason"`
+	// TokenIDs are the ids of the tokens this chunk adds, when the
+	// request had return_token_ids.
+	TokenIDs []int `json:"token_ids,omitempty"`
 }
 
 type delta struct {

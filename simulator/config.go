@@ -85,8 +85,10 @@ type Config struct {
 
 	// Seed changes every answer's length and text, and which requests
 	// get injected faults. Lengths, text and faults are deterministic
-	// per prompt content and seed. Zero is a valid seed and the
-	// default.
+	// per prompt content, sampling fields and seed, except the answers
+	// of requests with a temperature above 0 and no seed of their own,
+	// which are random (see the package documentation). Zero is a valid
+	// seed and the default.
 	Seed int64
 
 	// StepBase and StepPerSeq give the simulated time of one decode

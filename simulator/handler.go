@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -35,6 +36,8 @@ type job struct {
 	id        string
 	created   int64
 	model     string // the served model's name when the request came
+	sampling  sampling
+	key       uint64 // requestKey: the request's deterministic identity
 
 	// outage is closed once an outage is on; the request is then cut.
 	outage <-chan struct{}
@@ -53,7 +56,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.outage, j.cutAt = outage, -1
-	plan := s.injector.plan(j.req.Messages)
+	plan := s.injector.plan(j.key)
 	if plan.slow && !s.delayFirstByte(w, r, outage) {
 		return
 	}
@@ -68,7 +71,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.hang(w, r, outage)
 		return
 	}
-	seq := newSequence(j.prompt, s.cfg.plan(j.req.Messages, j.maxTokens))
+	seq := newSequence(j.prompt, s.cfg.planAnswer(j.sampling.answerHash(j.key), &j.sampling, j.maxTokens))
 	if plan.cutsAnswer() {
 		j.cut, j.cutAt = plan.kind, plan.cutAfter(seq.answer.tokens)
 	}
@@ -105,6 +108,11 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 		if errors.As(err, &tooBig) {
 			return nil, badRequest("", "Request body is larger than %d bytes.", tooBig.Limit)
 		}
+		var wrongType *json.UnmarshalTypeError
+		if errors.As(err, &wrongType) && wrongType.Field != "" {
+			return nil, badRequest(wrongType.Field, "%s: expected %s, got %s.",
+				wrongType.Field, jsonTypeName(wrongType.Type.Kind()), wrongType.Value)
+		}
 		return nil, badRequest("", "Invalid JSON in request body: %v", err)
 	}
 	model := s.model.get()
@@ -118,14 +126,13 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
 	}
-	if t := req.Temperature; t != nil && *t < 0 {
-		return nil, badRequest("temperature", "temperature must be non-negative, got %v.", *t)
-	}
-	if p := req.TopP; p != nil && (*p <= 0 || *p > 1) {
-		return nil, badRequest("top_p", "top_p must be in (0, 1], got %v.", *p)
+	sp, rerr := parseSampling(&req)
+	if rerr != nil {
+		return nil, rerr
 	}
 
-	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model}
+	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model, sampling: sp}
+	j.key = s.cfg.requestKey(req.Messages, &j.sampling)
 	j.limit = req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		j.limit = req.MaxCompletionTokens // newer name wins, as in vLLM
@@ -191,11 +198,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 	} else if len(reasoning) > 0 {
 		setReasoning(s.cfg.ReasoningField, string(reasoning), &msg.Reasoning, &msg.ReasoningContent)
 	}
-	if len(content) > 0 {
+	// Content is null only when no content token was generated; a stop
+	// string at its very start leaves it empty.
+	if len(content) > 0 || a.tokens > a.reasoning {
 		text := string(content)
 		msg.Content = &text
 	}
-	writeJSON(w, http.StatusOK, completion{
+	resp := completion{
 		ID:                j.id,
 		Object:            "chat.completion",
 		Created:           j.created,
@@ -203,7 +212,31 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 		SystemFingerprint: schema.SimulatedFingerprint,
 		Choices:           []completionChoice{{Message: msg, FinishReason: a.finishReason}},
 		Usage:             makeUsage(j.prompt, a.tokens),
-	})
+	}
+	if j.sampling.tokenIDs {
+		resp.PromptTokenIDs = promptTokenIDs(j.req.Messages)
+		resp.Choices[0].TokenIDs = appendTokenIDs(make([]int, 0, a.tokens), a, 0, a.tokens)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// jsonTypeName names a Go kind as the JSON type a request field wants.
+func jsonTypeName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	default:
+		return "an object"
+	}
 }
 
 // failPartWay ends a non-streaming request whose answer reached its

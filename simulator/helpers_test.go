@@ -122,8 +122,11 @@ type decoded struct {
 		Message map[string]any  `json:"message"`
 		Finish  *string         `json:"finish_reason"`
 		Logprob json.RawMessage `json:"logprobs"`
+		// TokenIDs is nil when the field was absent or null.
+		TokenIDs []int `json:"token_ids"`
 	} `json:"choices"`
-	Usage *usage `json:"usage"`
+	Usage          *usage `json:"usage"`
+	PromptTokenIDs []int  `json:"prompt_token_ids"`
 }
 
 // complete sends a non-streaming request and decodes a 200 answer.

@@ -34,12 +34,13 @@ func (c *faultCounts) snapshot() FaultCounts {
 // injector draws the faults of each request. It counts the requests it
 // has seen per prompt, so that attempt n of a prompt draws from (seed,
 // prompt, n): a rerun sending the same prompts gets the same faults and
-// a retry draws afresh. The count costs one map entry per distinct
+// a retry draws afresh. A prompt here is the request's key
+// (Config.requestKey): its messages and sampling fields, so two samples
+// of one conversation sent with different seeds count apart. The count costs one map entry per distinct
 // prompt (about 50 bytes, so about 1.3 MB for 25,000 prompts) and is
 // kept only when some per-request fault is configured.
 type injector struct {
 	faults Faults
-	seed   int64
 	on     bool // some per-request fault is configured
 
 	mu       sync.Mutex
@@ -47,19 +48,19 @@ type injector struct {
 }
 
 func newInjector(cfg Config) *injector {
-	in := &injector{faults: cfg.Faults, seed: cfg.Seed, on: cfg.Faults.perRequest()}
+	in := &injector{faults: cfg.Faults, on: cfg.Faults.perRequest()}
 	if in.on {
 		in.attempts = make(map[uint64]uint64)
 	}
 	return in
 }
 
-// plan counts a request for messages and draws its faults.
-func (in *injector) plan(messages []Message) faultPlan {
+// plan counts a request with key h (Config.requestKey: its prompt,
+// sampling fields and the seed) and draws its faults.
+func (in *injector) plan(h uint64) faultPlan {
 	if !in.on {
 		return faultPlan{}
 	}
-	h := promptHash(messages, in.seed)
 	in.mu.Lock()
 	n := in.attempts[h]
 	in.attempts[h] = n + 1

@@ -119,7 +119,9 @@ func (s *Server) Stats() Stats {
 
 // OutputTokens is how many completion tokens the server will generate
 // for messages with this max_tokens (0 or less means none given, so the
-// rest of the context). It is 0 when the prompt leaves no room.
+// rest of the context), sent without sampling fields (any field that
+// changes sampling draws another answer). It is 0 when the prompt leaves
+// no room.
 func (s *Server) OutputTokens(messages []Message, maxTokens int) int {
 	limit := s.cfg.MaxModelLen - promptTokens(messages)
 	if maxTokens > 0 {

@@ -25,6 +25,12 @@ type streamer struct {
 	text    []byte
 	buf     bytes.Buffer
 	tmpl    chunk // id, object, created, model
+	// tokenIDs is set when the request asked for token ids: the first
+	// chunk then carries promptIDs, every other one the ids of its
+	// tokens (ids, reused).
+	tokenIDs  bool
+	promptIDs []int
+	ids       []int
 }
 
 // stream serves a streaming request. As with vLLM the response (headers
@@ -41,6 +47,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 		answer: seq.answer,
 		tmpl: chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.model,
 			SystemFingerprint: schema.SimulatedFingerprint},
+	}
+	if j.sampling.tokenIDs {
+		st.tokenIDs = true
+		st.promptIDs = promptTokenIDs(j.req.Messages)
 	}
 	if o := j.req.StreamOptions; o != nil && o.IncludeUsage {
 		st.usage = true
@@ -78,7 +88,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 			h.Set("Cache-Control", "no-cache")
 			w.WriteHeader(http.StatusOK)
 			empty := ""
-			st.add(delta{Role: "assistant", Content: &empty}, nil, 0)
+			st.add(delta{Role: "assistant", Content: &empty}, nil, 0, nil)
 		}
 		if j.cutAt >= 0 && n >= j.cutAt {
 			// What was generated up to the cut goes out, then the
@@ -147,17 +157,26 @@ func (st *streamer) addText(reasoning bool, upTo int, reason *string, last bool)
 	if !last {
 		reason = nil
 	}
+	var ids []int
+	if st.tokenIDs {
+		st.ids = appendTokenIDs(st.ids[:0], st.answer, st.sent, upTo)
+		ids = st.ids
+	}
 	st.sent = upTo
-	st.add(d, reason, upTo)
+	st.add(d, reason, upTo, ids)
 }
 
 // add queues one choice chunk; completion is the token count so far, for
-// continuous usage stats.
-func (st *streamer) add(d delta, reason *string, completion int) {
+// continuous usage stats, and ids the ids of the chunk's tokens when the
+// request asked for them. The first chunk carries the prompt's ids.
+func (st *streamer) add(d delta, reason *string, completion int, ids []int) {
 	c := st.tmpl
-	c.Choices = []chunkChoice{{Delta: d, FinishReason: reason}}
+	c.Choices = []chunkChoice{{Delta: d, FinishReason: reason, TokenIDs: ids}}
 	if st.running {
 		c.Usage = makeUsage(st.prompt, completion)
+	}
+	if st.promptIDs != nil {
+		c.PromptTokenIDs, st.promptIDs = st.promptIDs, nil
 	}
 	st.event(c)
 }
