@@ -162,9 +162,6 @@ func (c Config) samples() int { return max(c.Samples, 1) }
 // turnsAll reports whether every assistant turn is regenerated.
 func (c Config) turnsAll() bool { return c.Turns == schema.TurnsAll }
 
-// parseOptions is how the run reads its lines.
-func (c Config) parseOptions() ParseOptions { return ParseOptions{Turns: c.Turns} }
-
 func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
