@@ -1,11 +1,12 @@
 // Package producer queues the prompts of a run: it reads a JSONL file,
 // checks every line, writes the run manifest and publishes one message per
-// prompt to the prompts stream.
+// prompt to the prompts stream, or one per sample of it with
+// Config.Samples (each a schema.Unit).
 //
 // The file is read twice and never held in memory: the first pass
 // validates every line and finds duplicate ids, so that a bad file
 // publishes nothing (unless told to skip bad lines); the second pass
-// publishes. Publishing is idempotent for good: each prompt has its own
+// publishes. Publishing is idempotent for good: each unit has its own
 // subject, which the stream holds at most once, and every publish expects
 // that subject to be empty. Producing the same file again, after a crash
 // or on purpose, publishes exactly the prompts that are missing; a file
