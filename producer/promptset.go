@@ -195,14 +195,13 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 		return err
 	}
 	prefix := strings.TrimSuffix(schema.RunFilter(schema.PromptsRoot, cfg.Run), ">")
-	absent := map[[16]byte]string{}
+	absent := map[string]bool{}
 	for subject := range queued {
-		tok := subjectToken(subject, prefix)
-		if first, ok := sc.ids[tok]; ok && !first.rejected {
+		if first, ok := sc.ids[subjectToken(subject, prefix)]; ok && !first.rejected {
 			e.Common++
 			continue
 		}
-		absent[tok] = subject
+		absent[subject] = true
 	}
 	if cfg.samples() > 1 && len(absent) > 0 {
 		if err := dropOtherSamples(ctx, cfg, sc, absent); err != nil {
@@ -211,7 +210,7 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 	}
 	e.NotInFileCount = len(absent)
 	e.NotQueuedCount = sc.report.Valid - e.Common
-	subjects := slices.Sorted(maps.Values(absent))
+	subjects := slices.Sorted(maps.Keys(absent))
 	for _, subject := range subjects[:min(len(subjects), shownIDs)] {
 		if id := queuedID(ctx, stream, subject); !slices.Contains(e.NotInFile, id) {
 			e.NotInFile = append(e.NotInFile, id) // samples of one id are named once
@@ -220,11 +219,11 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 	return compareFile(ctx, cfg, sc, stream, queued, e)
 }
 
-// dropOtherSamples removes from absent (queued subjects by token that are
-// not the first sample of a prompt of the file) the subjects of the other
-// samples of the file's prompts, reading the file again: what is left is
-// queued for prompts the file does not hold.
-func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[[16]byte]string) error {
+// dropOtherSamples removes from absent (queued subjects that are not the
+// first sample of a prompt of the file) the subjects of the other samples
+// of the file's prompts, reading the file again: what is left is queued
+// for prompts the file does not hold.
+func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[string]bool) error {
 	f, err := os.Open(cfg.PromptsFile)
 	if err != nil {
 		return fmt.Errorf("open prompts file again: %w", err)
@@ -253,20 +252,10 @@ func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[[16]
 			continue
 		}
 		for k := 1; k < cfg.samples(); k++ {
-			delete(absent, unitToken(schema.Unit{ID: l.ID, Sample: k}))
+			delete(absent, schema.PromptSubject(cfg.Run, schema.Unit{ID: l.ID, Sample: k}))
 		}
 	}
 	return nil
-}
-
-// unitToken is the digest behind a unit's subject token, as an array.
-func unitToken(u schema.Unit) [16]byte {
-	var tok [16]byte
-	b, err := hex.DecodeString(u.Token())
-	if err == nil {
-		copy(tok[:], b)
-	}
-	return tok
 }
 
 // subjectToken is the digest behind the last token of a prompt subject
