@@ -9,8 +9,17 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 
 # make run knobs: RUN names the run (a new name starts a new run; the same
 # name resumes), PROMPTS how many synthetic prompts, SPEED the simulator's
-# time scale (200: a five-hour run in about a minute and a half).
+# time scale (200: a five-hour run in about a minute and a half). TURNS=all
+# rehearses --turns all: conversations of 1 to 3 user turns, from their own
+# prompts file, every assistant turn regenerated, under the run name
+# demo-25k-turns unless RUN is given; the default, last, answers each
+# prompt as given.
+TURNS    ?= last
+ifeq ($(TURNS),last)
 RUN      ?= demo-25k
+else
+RUN      ?= demo-25k-turns
+endif
 PROMPTS  ?= 25000
 SPEED    ?= 200
 DATA     ?= ./data
@@ -26,8 +35,19 @@ build:
 $(DATA)/prompts-$(PROMPTS).jsonl: | build
 	$(BIN) gen-prompts --count $(PROMPTS) --out $@
 
-run: build $(DATA)/prompts-$(PROMPTS).jsonl
-	$(BIN) run --run $(RUN) --prompts $(DATA)/prompts-$(PROMPTS).jsonl --data-dir $(DATA) --sim-speed $(SPEED)
+$(DATA)/prompts-$(PROMPTS)-turns3.jsonl: | build
+	$(BIN) gen-prompts --count $(PROMPTS) --turns 3 --out $@
+
+ifeq ($(TURNS),last)
+RUN_PROMPTS := $(DATA)/prompts-$(PROMPTS).jsonl
+RUN_TURNS   :=
+else
+RUN_PROMPTS := $(DATA)/prompts-$(PROMPTS)-turns3.jsonl
+RUN_TURNS   := --turns $(TURNS)
+endif
+
+run: build $(RUN_PROMPTS)
+	$(BIN) run --run $(RUN) --prompts $(RUN_PROMPTS) --data-dir $(DATA) --sim-speed $(SPEED)$(if $(RUN_TURNS), $(RUN_TURNS))
 
 # staticcheck is pinned in go.mod (tool directive), so every machine runs
 # the same version.

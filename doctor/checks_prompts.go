@@ -59,9 +59,10 @@ type promptScan struct {
 	err     error
 }
 
-// scanPrompts reads path line by line and compares every valid prompt's
-// estimated length with limit. It stops early when ctx ends.
-func scanPrompts(ctx context.Context, path string, limit int) promptScan {
+// scanPrompts reads path line by line, as opts say (the run's turns
+// mode), and compares every valid prompt's estimated length with limit.
+// It stops early when ctx ends.
+func scanPrompts(ctx context.Context, path string, limit int, opts producer.ParseOptions) promptScan {
 	var sc promptScan
 	f, err := os.Open(path)
 	if err != nil {
@@ -82,13 +83,13 @@ func scanPrompts(ctx context.Context, path string, limit int) promptScan {
 		if len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		id, msgs, err := producer.ParseLine(data)
+		l, err := producer.ParseLineWith(data, opts)
 		if err != nil {
 			sc.invalid++
 			continue
 		}
 		sc.prompts++
-		p := promptSize{line: n, id: id, tokens: estimateTokens(msgs)}
+		p := promptSize{line: n, id: l.ID, tokens: estimateTokens(l.Messages)}
 		if p.tokens > sc.longest.tokens {
 			sc.longest = p
 		}
@@ -143,7 +144,11 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	}
 
 	path := s.cfg.PromptsFile
-	sc, err := await(ctx, func() promptScan { return scanPrompts(ctx, path, limit) })
+	var opts producer.ParseOptions
+	if s.manifest != nil {
+		opts.Turns = s.manifest.TurnsMode()
+	}
+	sc, err := await(ctx, func() promptScan { return scanPrompts(ctx, path, limit, opts) })
 	if err == nil {
 		err = sc.err
 	}
@@ -152,12 +157,17 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	}
 	s.prompts = sc.prompts
 	file := filepath.Base(s.cfg.PromptsFile)
-	invalid := ""
+	notes := ""
 	if sc.invalid > 0 {
-		invalid = fmt.Sprintf("; %s not valid prompts (aerie produce --dry-run lists them)", plural(sc.invalid, "line"))
+		notes = fmt.Sprintf("; %s not valid prompts (aerie produce --dry-run lists them)", plural(sc.invalid, "line"))
+	}
+	if opts.Turns == schema.TurnsAll {
+		// The input's answers are not sent: the model's own take their
+		// place, each at most max_tokens long.
+		notes += "; with --turns all the earlier answers the model generates add to the later turns' prompts"
 	}
 	if sc.prompts == 0 {
-		return warn("check --prompts", "%s holds no valid prompt%s", file, invalid)
+		return warn("check --prompts", "%s holds no valid prompt%s", file, notes)
 	}
 	if sc.over > 0 {
 		named := make([]string, len(sc.named))
@@ -170,15 +180,15 @@ func checkContextLength(ctx context.Context, s *session) Result {
 		}
 		return fail("shorten or remove those prompts, produce with a smaller --max-tokens (a new run), or serve the model with a larger --max-model-len",
 			"%d of %d prompts in %s do not fit %q: %s%s (estimate: bytes/4) + %s > max_model_len %d%s",
-			sc.over, sc.prompts, file, model, strings.Join(named, "; "), more, answer, maxLen, invalid)
+			sc.over, sc.prompts, file, model, strings.Join(named, "; "), more, answer, maxLen, notes)
 	}
 	fits := fmt.Sprintf("%d prompts in %s fit %q: the longest, %s (estimate: bytes/4), + %s <= max_model_len %d",
 		sc.prompts, file, model, sc.longest, answer, maxLen)
 	if maxTokens > 0 && float64(sc.longest.tokens+maxTokens) > nearLimit*float64(maxLen) {
 		return warn("the estimate can be low for text other than English or code: count the longest prompt's tokens with the model's tokenizer",
-			"%s, within %.0f%% of the limit%s", fits, (1-nearLimit)*100, invalid)
+			"%s, within %.0f%% of the limit%s", fits, (1-nearLimit)*100, notes)
 	}
-	return pass("%s%s", fits, invalid)
+	return pass("%s%s", fits, notes)
 }
 
 // truncate shortens s to at most n bytes, on a character boundary.

@@ -1,8 +1,13 @@
 package doctor
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/aerie-dev/aerie/producer"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -53,5 +58,26 @@ func TestRedactURLs(t *testing.T) {
 		if got := redactURLs(in); got != want {
 			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The prompts file is read in the run's turns mode: with --turns all an
+// earlier assistant turn is a placeholder whose text is neither required
+// nor counted.
+func TestScanPromptsTurnsAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.jsonl")
+	lines := `{"id":"a","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":null},{"role":"user","content":"q2"}]}
+{"id":"b","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"` + strings.Repeat("x", 400) + `"},{"role":"user","content":"q2"}]}
+`
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	last := scanPrompts(context.Background(), path, 50, producer.ParseOptions{})
+	if last.prompts != 1 || last.invalid != 1 || last.over != 1 {
+		t.Errorf("turns last: %+v", last)
+	}
+	all := scanPrompts(context.Background(), path, 50, producer.ParseOptions{Turns: schema.TurnsAll})
+	if all.prompts != 2 || all.invalid != 0 || all.over != 0 {
+		t.Errorf("turns all: %+v", all)
 	}
 }

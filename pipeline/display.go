@@ -75,7 +75,14 @@ func (s *Summary) Print(w io.Writer) {
 		state = "stopped before the end (run the same command again to resume)"
 	}
 	fmt.Fprintf(w, "run %s: %s\n", s.Run, state)
-	fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
+	if s.Samples > 1 {
+		fmt.Fprintf(w, "  samples      %d total (%d per prompt), %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Samples, s.Completed, s.Truncated, s.Failed)
+	} else {
+		fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
+	}
+	if s.Turns == schema.TurnsAll && s.TotalTurns > 0 {
+		fmt.Fprintf(w, "  turns        %d total, %d generated (every assistant turn regenerated)\n", s.TotalTurns, s.CompletedTurns)
+	}
 	fmt.Fprintf(w, "  wall time    %s\n", s.Wall.Round(100*time.Millisecond))
 	if s.Paused > 0 {
 		fmt.Fprintf(w, "  paused       %s while the backend was down (%d prompts handed back)\n", s.Paused.Round(100*time.Millisecond), s.HandedBack)

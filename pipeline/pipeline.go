@@ -46,6 +46,14 @@ type Config struct {
 	Model  string
 	Params schema.Params
 	Policy schema.Policy
+	// Turns, ContextReasoning, Samples and ReturnTokenIDs are the run's
+	// settings of the same names in producer.Config; their zero values
+	// generate the last turn of each conversation, one sample, without
+	// token ids.
+	Turns            string
+	ContextReasoning string
+	Samples          int
+	ReturnTokenIDs   bool
 	// Workers and Window: defaults 1 and worker.DefaultWindow.
 	Workers int
 	Window  int
@@ -93,6 +101,12 @@ type Summary struct {
 	// Simulated is true when the answers came from the built-in
 	// simulator (no Backend given), not from a model.
 	Simulated bool
+	// Samples is the samples per prompt (Total counts samples when above
+	// 1); Turns the run's turns mode, and with schema.TurnsAll TotalTurns
+	// and CompletedTurns count the turns (requests) of the run.
+	Samples                    int
+	Turns                      string
+	TotalTurns, CompletedTurns int
 }
 
 // Run runs the pipeline until every prompt is completed or failed, or ctx
@@ -117,6 +131,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 1
+	}
+	// The settings are checked before anything starts; the model may be
+	// settled only once the backend is up.
+	check := producerConfig(cfg, cfg.Model, log)
+	if check.Model == "" {
+		check.Model = "(the backend's)"
+	}
+	if err := check.Validate(); err != nil {
+		return nil, err
 	}
 
 	srv, err := startBroker(cfg, log)
@@ -296,18 +319,25 @@ func produce(ctx context.Context, js jetstream.JetStream, cfg Config, model stri
 	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
 		return err
 	}
-	rep, err := producer.Run(ctx, js, producer.Config{
-		Run: cfg.Run, PromptsFile: cfg.PromptsFile, Model: model,
-		Params: cfg.Params, Policy: cfg.Policy, SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
-	})
+	rep, err := producer.Run(ctx, js, producerConfig(cfg, model, log))
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
 		}
 		return err
 	}
-	log.Info("prompts queued", "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
+	log.Info("prompts queued", "prompts", rep.Valid, "samples", rep.Samples, "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
 	return nil
+}
+
+// producerConfig is the produce of the run, generating with model.
+func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config {
+	return producer.Config{
+		Run: cfg.Run, PromptsFile: cfg.PromptsFile, Model: model,
+		Params: cfg.Params, Policy: cfg.Policy,
+		Turns: cfg.Turns, ContextReasoning: cfg.ContextReasoning, Samples: cfg.Samples, ReturnTokenIDs: cfg.ReturnTokenIDs,
+		SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
+	}
 }
 
 // summarize reports what the run did. Rates are this invocation's, from
@@ -334,6 +364,7 @@ func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.
 		FailedPath:  filepath.Join(agg.Dir(), aggregator.FailedFile),
 		EventsPath:  filepath.Join(agg.Dir(), aggregator.EventsFile),
 		NATSURL:     srv.ClientURL(), BackendURL: be.url, Model: be.model, Simulated: be.simulated,
+		Samples: max(cfg.Samples, 1), Turns: cfg.Turns, TotalTurns: last.TotalTurns, CompletedTurns: last.CompletedTurns,
 	}
 }
 

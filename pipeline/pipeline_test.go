@@ -205,3 +205,26 @@ func beginOutage(url, mode string, d time.Duration) error {
 	}
 	return nil
 }
+
+// The run's settings are checked before anything starts: no server, no
+// store, no simulator.
+func TestSettingsCheckedFirst(t *testing.T) {
+	for _, tc := range []struct {
+		change func(*pipeline.Config)
+		want   string
+	}{
+		{func(c *pipeline.Config) { c.ContextReasoning = schema.ContextReasoningKeep }, "applies only to turns all"},
+		{func(c *pipeline.Config) { c.Turns = "first" }, `turns "first"`},
+		{func(c *pipeline.Config) { c.Samples = 5000 }, "samples is 5000"},
+	} {
+		cfg := config(t, "settings", filepath.Join(t.TempDir(), "none.jsonl"))
+		tc.change(&cfg)
+		_, err := pipeline.Run(context.Background(), cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one about %q", err, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "nats")); !os.IsNotExist(err) {
+			t.Errorf("the NATS store was created before the settings were checked: %v", err)
+		}
+	}
+}

@@ -29,6 +29,10 @@ const (
 	// leader in about 3 s; 30 s only trips on a server that is gone or a
 	// stream leader that drops publishes.
 	DefaultAckTimeout = 30 * time.Second
+	// MaxSamples bounds Config.Samples: every sample is a unit of work
+	// queued, answered and written on its own, so a mistyped count would
+	// multiply the run.
+	MaxSamples = 1000
 )
 
 // Config configures one produce. Run, PromptsFile and Model are required;
@@ -50,6 +54,27 @@ type Config struct {
 	// Policy is the run's failure and truncation policy, stored in the
 	// manifest; the zero value means the defaults (see schema.Policy).
 	Policy schema.Policy
+	// Turns is which assistant turns the run generates: schema.TurnsLast
+	// (or empty, the same) answers each conversation as given;
+	// schema.TurnsAll regenerates every assistant turn of it, in order
+	// (see ParseOptions for how lines are read then). Stored in the
+	// manifest.
+	Turns string
+	// ContextReasoning is, with TurnsAll, what an earlier generated
+	// answer carries into the context of the later turns:
+	// schema.ContextReasoningDrop (or empty, the same) its content only,
+	// schema.ContextReasoningKeep its reasoning too. With TurnsLast there
+	// are no generated earlier turns: keep is refused, drop is accepted
+	// and not stored.
+	ContextReasoning string
+	// Samples is how many independent answers each prompt gets, each
+	// queued as its own unit (schema.Unit) and written as its own output
+	// line; 0 or 1 means one. At most MaxSamples.
+	Samples int
+	// ReturnTokenIDs asks the backend for the token ids of every prompt
+	// and answer (vLLM's return_token_ids), stored with each turn. False,
+	// the default, asks for none.
+	ReturnTokenIDs bool
 	// SkipInvalid publishes the valid lines when some are invalid (the
 	// problems are logged and reported). False, the default, publishes
 	// nothing when any line is invalid: a run should not silently miss
@@ -105,8 +130,25 @@ func (c Config) Validate() error {
 	if c.AckTimeout < 0 {
 		errs = append(errs, fmt.Errorf("publish ack timeout is %v: use a positive duration, or 0 for the default of %v", c.AckTimeout, DefaultAckTimeout))
 	}
-	if err := validateParams(c.Params); err != nil {
-		errs = append(errs, err)
+	switch c.Turns {
+	case "", schema.TurnsLast, schema.TurnsAll:
+	default:
+		errs = append(errs, fmt.Errorf("turns %q: use %s (answer each conversation as given) or %s (regenerate every assistant turn)", c.Turns, schema.TurnsLast, schema.TurnsAll))
+	}
+	switch c.ContextReasoning {
+	case "", schema.ContextReasoningDrop:
+	case schema.ContextReasoningKeep:
+		if c.Turns != schema.TurnsAll {
+			errs = append(errs, fmt.Errorf("context reasoning %q applies only to turns %s: with turns %s the earlier assistant turns are sent as the input gives them", c.ContextReasoning, schema.TurnsAll, schema.TurnsLast))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("context reasoning %q: use %s (earlier answers go back as content only) or %s (with their reasoning)", c.ContextReasoning, schema.ContextReasoningDrop, schema.ContextReasoningKeep))
+	}
+	if c.Samples < 0 || c.Samples > MaxSamples {
+		errs = append(errs, fmt.Errorf("samples is %d: use 1 to %d answers per prompt (0 means 1)", c.Samples, MaxSamples))
+	}
+	if err := c.Params.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sampling parameters: %w", err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("produce configuration: %w", errors.Join(errs...))
@@ -114,19 +156,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func validateParams(p schema.Params) error {
-	var errs []error
-	if p.MaxTokens < 0 {
-		errs = append(errs, fmt.Errorf("max_tokens is %d: use a positive number, or 0 to let the backend fill the context window", p.MaxTokens))
-	}
-	if p.Temperature != nil && *p.Temperature < 0 {
-		errs = append(errs, fmt.Errorf("temperature is %g: it must be 0 or more", *p.Temperature))
-	}
-	if p.TopP != nil && (*p.TopP <= 0 || *p.TopP > 1) {
-		errs = append(errs, fmt.Errorf("top_p is %g: it must be more than 0 and at most 1", *p.TopP))
-	}
-	return errors.Join(errs...)
-}
+// samples is the number of samples per prompt: Samples, or 1.
+func (c Config) samples() int { return max(c.Samples, 1) }
+
+// turnsAll reports whether every assistant turn is regenerated.
+func (c Config) turnsAll() bool { return c.Turns == schema.TurnsAll }
 
 func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,11 +35,13 @@ const (
 	tagRole      = 'r' // then tagContent: one pair per message, in order
 	tagContent   = 'c'
 	tagMaxTokens = 't' // decimal; only when positive
+	tagParams    = 'p' // paramsBytes; only when the prompt has Params
 )
 
 // promptDigest identifies what a queued prompt carries: its id, its
-// messages and its per-prompt parameters (today only a replay sets one,
-// MaxTokens), not where it came from (Source) or its run. It is the first
+// messages and its per-prompt parameters (the input line's params, and
+// MaxTokens, which only a replay sets), not where it came from (Source),
+// its run or its sample. It is the first
 // 16 bytes of a SHA-256: enough to tell an edited prompt from its original
 // by accident (a collision needs about 2^64 prompts), and small, since the
 // validation pass keeps one per prompt.
@@ -59,9 +62,26 @@ func promptDigest(p *schema.Prompt) [16]byte {
 	if p.MaxTokens > 0 {
 		field(tagMaxTokens, strconv.Itoa(p.MaxTokens))
 	}
+	if p.Params != nil {
+		field(tagParams, paramsBytes(p.Params))
+	}
 	var d [16]byte
 	copy(d[:], h.Sum(nil))
 	return d
+}
+
+// paramsBytes is the canonical form of per-prompt parameters in a digest:
+// their JSON, whose field order is fixed by schema.Params and whose two
+// objects (chat_template_kwargs, extra_body) are stored canonical, so
+// that equal parameters give equal bytes.
+func paramsBytes(p *schema.Params) string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		// Only a non-finite number or a malformed object fails, which
+		// the parser refuses before any prompt is digested.
+		return "unencodable: " + err.Error()
+	}
+	return string(b)
 }
 
 // promptsDigest is the digest of a run's prompt set: promptsDigestVersion

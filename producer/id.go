@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -65,6 +66,9 @@ func parseID(raw json.RawMessage) (string, error) {
 	}
 	if len(id) > MaxIDBytes {
 		return "", fmt.Errorf("id is longer than %d bytes (it has %d): shorten it, or leave it out to derive one from the content", MaxIDBytes, len(id))
+	}
+	if strings.IndexByte(id, 0) >= 0 {
+		return "", errors.New(`id contains a NUL byte (\u0000): aerie tells the samples of a prompt apart by its id and a NUL separator, so ids cannot hold one; remove it, or leave the id out to derive one from the content`)
 	}
 	for _, r := range id {
 		if unicode.IsControl(r) {

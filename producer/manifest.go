@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -51,12 +52,21 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 		Model:     cfg.Model,
 		Params:    cfg.Params,
 		Policy:    cfg.Policy,
-		Total:     sc.report.Valid,
+		Total:     sc.report.Units,
 		Source:    filepath.Base(cfg.PromptsFile),
 		Producer:  host,
 		CreatedAt: time.Now().UTC(),
 		// Covers the valid prompts: with SkipInvalid, those queued.
-		PromptsDigest: sc.report.PromptsDigest,
+		PromptsDigest:  sc.report.PromptsDigest,
+		Turns:          schema.TurnsLast,
+		Samples:        cfg.samples(),
+		ReturnTokenIDs: cfg.ReturnTokenIDs,
+		Prompts:        sc.report.Valid,
+		TotalTurns:     sc.report.Turns,
+	}
+	if cfg.turnsAll() {
+		m.Turns = schema.TurnsAll
+		m.ContextReasoning = contextReasoning(cfg.ContextReasoning)
 	}
 	b, err := schema.EncodeManifest(m)
 	if err != nil {
@@ -86,10 +96,29 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	return old, false, nil
 }
 
+// contextReasoning is a ContextReasoning setting or its default, drop.
+func contextReasoning(s string) string {
+	if s == "" {
+		return schema.ContextReasoningDrop
+	}
+	return s
+}
+
+// promptCount is a manifest's prompt count: Prompts, or Total in
+// manifests written before Prompts existed (they had one sample).
+func promptCount(m *schema.Manifest) int {
+	if m.Prompts > 0 {
+		return m.Prompts
+	}
+	return m.Total
+}
+
 // settingsDiff describes the settings that make two manifests different
-// runs: model, sampling parameters and policy. Source, producer host and
-// time may differ: the same file produced again from another host is the
-// same run.
+// runs: model, every sampling parameter, policy, turns, samples and token
+// ids. Fields a manifest written before they existed leaves empty are
+// compared by their defaults, so that such a run resumes. Source,
+// producer host and time may differ: the same file produced again from
+// another host is the same run.
 func settingsDiff(stored, now *schema.Manifest) []string {
 	var d []string
 	field := func(name, a, b string) {
@@ -98,12 +127,29 @@ func settingsDiff(stored, now *schema.Manifest) []string {
 		}
 	}
 	field("model", strconv.Quote(stored.Model), strconv.Quote(now.Model))
-	field("max_tokens", strconv.Itoa(stored.Params.MaxTokens), strconv.Itoa(now.Params.MaxTokens))
-	field("temperature", optFloat(stored.Params.Temperature), optFloat(now.Params.Temperature))
-	field("top_p", optFloat(stored.Params.TopP), optFloat(now.Params.TopP))
+	sp, np := &stored.Params, &now.Params
+	field("max_tokens", strconv.Itoa(sp.MaxTokens), strconv.Itoa(np.MaxTokens))
+	field("temperature", optFloat(sp.Temperature), optFloat(np.Temperature))
+	field("top_p", optFloat(sp.TopP), optFloat(np.TopP))
+	field("top_k", optInt(sp.TopK), optInt(np.TopK))
+	field("min_p", optFloat(sp.MinP), optFloat(np.MinP))
+	field("presence_penalty", optFloat(sp.PresencePenalty), optFloat(np.PresencePenalty))
+	field("frequency_penalty", optFloat(sp.FrequencyPenalty), optFloat(np.FrequencyPenalty))
+	field("repetition_penalty", optFloat(sp.RepetitionPenalty), optFloat(np.RepetitionPenalty))
+	field("seed", optInt(sp.Seed), optInt(np.Seed))
+	field("stop", optStrings(sp.Stop), optStrings(np.Stop))
+	field("reasoning_effort", optString(sp.ReasoningEffort), optString(np.ReasoningEffort))
+	field("chat_template_kwargs", optObject(sp.ChatTemplateKwargs), optObject(np.ChatTemplateKwargs))
+	field("extra_body", optObject(sp.ExtraBody), optObject(np.ExtraBody))
 	field("max_attempts", strconv.Itoa(stored.Policy.Attempts()), strconv.Itoa(now.Policy.Attempts()))
 	field("on_length", stored.Policy.Length(), now.Policy.Length())
 	field("length_retry_max_tokens", strconv.Itoa(stored.Policy.LengthRetryMaxTokens), strconv.Itoa(now.Policy.LengthRetryMaxTokens))
+	field("turns", stored.TurnsMode(), now.TurnsMode())
+	if stored.TurnsMode() == schema.TurnsAll && now.TurnsMode() == schema.TurnsAll {
+		field("context_reasoning", contextReasoning(stored.ContextReasoning), contextReasoning(now.ContextReasoning))
+	}
+	field("samples", strconv.Itoa(stored.SampleCount()), strconv.Itoa(now.SampleCount()))
+	field("return_token_ids", strconv.FormatBool(stored.ReturnTokenIDs), strconv.FormatBool(now.ReturnTokenIDs))
 	return d
 }
 
@@ -112,4 +158,41 @@ func optFloat(f *float64) string {
 		return "unset"
 	}
 	return strconv.FormatFloat(*f, 'g', -1, 64)
+}
+
+func optInt[T int | int64](v *T) string {
+	if v == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(int64(*v), 10)
+}
+
+func optString(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return strconv.Quote(s)
+}
+
+// optObject writes a JSON object canonical: the manifest stores it
+// indented, the flags give it compact.
+func optObject(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "unset"
+	}
+	if c, err := schema.CanonicalObject(raw); err == nil {
+		return string(c)
+	}
+	return string(raw)
+}
+
+func optStrings(s []string) string {
+	if len(s) == 0 {
+		return "unset"
+	}
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = strconv.Quote(v)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }

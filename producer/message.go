@@ -17,19 +17,29 @@ import (
 // message is compared with the server's max_payload.
 var expectHeaderSize = len(jetstream.ExpectedLastSubjSeqHeader) + len(": 0\r\n")
 
-// promptMessage builds the message that queues one prompt. Its subject and
-// Nats-Msg-Id depend only on the run and the prompt id, so publishing it
-// again, from this produce or any later one, is recognised as a repeat.
-func promptMessage(run, source, id string, msgs []schema.Message) (*nats.Msg, error) {
-	data, err := schema.EncodePrompt(&schema.Prompt{Run: run, ID: id, Messages: msgs, Source: source})
+// linePrompt is the prompt a parsed line queues, for sample 0.
+func linePrompt(run, source string, l Line) *schema.Prompt {
+	return &schema.Prompt{Run: run, ID: l.ID, Messages: l.Messages, Source: source, Params: l.Params}
+}
+
+// promptMessage builds the message that queues one unit of a prompt (its
+// Sample). Its subject and Nats-Msg-Id depend only on the run and the
+// unit, so publishing it again, from this produce or any later one, is
+// recognised as a repeat.
+func promptMessage(p *schema.Prompt) (*nats.Msg, error) {
+	data, err := schema.EncodePrompt(p)
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(schema.PromptSubject(run, schema.Unit{ID: id}))
+	u := p.Unit()
+	m := nats.NewMsg(schema.PromptSubject(p.Run, u))
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, schema.Unit{ID: id}))
-	m.Header.Set(schema.HeaderPromptID, id)
-	m.Header.Set(schema.HeaderRun, run)
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(p.Run, u))
+	m.Header.Set(schema.HeaderPromptID, p.ID)
+	m.Header.Set(schema.HeaderRun, p.Run)
+	if u.Sample > 0 {
+		m.Header.Set(schema.HeaderSample, strconv.Itoa(u.Sample))
+	}
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
 	return m, nil

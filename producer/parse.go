@@ -42,6 +42,7 @@ type lineFields struct {
 	Messages      json.RawMessage `json:"messages"`
 	Conversations json.RawMessage `json:"conversations"`
 	Prompt        json.RawMessage `json:"prompt"`
+	Params        json.RawMessage `json:"params"`
 }
 
 // turnFields are the fields of one chat turn: role and content (OpenAI,
@@ -53,7 +54,9 @@ type turnFields struct {
 	Value   json.RawMessage `json:"value"`
 }
 
-// ParseLine reads one JSONL line into a prompt id and the messages to send.
+// ParseLine reads one JSONL line into a prompt id and the messages to
+// send, as a run with --turns last sends them. It is ParseLineWith with
+// the zero ParseOptions, less the line's params (which it still checks).
 //
 // Accepted shapes:
 //
@@ -62,35 +65,84 @@ type turnFields struct {
 //	{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]} (ShareGPT)
 //	{"id": ..., "prompt": "..."}                                         (one user message)
 //
+// Each may carry a "params" object of request parameters for this prompt
+// alone (see schema.ParamsFromJSON), e.g. {"temperature": 0.2, "top_k":
+// 20}; a wrong one makes the line invalid.
+//
 // Roles are system, user and assistant; ShareGPT's human and gpt mean user
 // and assistant. Content is a string or a list of {"type": "text", "text"}
 // parts, joined with newlines. A final assistant turn is dropped: it is the
 // answer being regenerated. What remains must end with a user turn.
 //
-// The id is a string or a number (its decimal text). Without an id, the id
-// is derived from the messages (see ContentID), so the same prompt gets the
-// same id on every produce.
+// The id is a string or a number (its decimal text); it may not contain
+// control characters, NUL included. Without an id, the id is derived from
+// the messages (see ContentID), so the same prompt gets the same id on
+// every produce.
 //
 // ParseLine never panics; its error says what is wrong with the line.
 func ParseLine(line []byte) (id string, msgs []schema.Message, err error) {
-	id, msgs, _, err = parseLine(line)
-	return id, msgs, err
+	l, err := parseLine(line, false)
+	return l.ID, l.Messages, err
 }
 
-// parseLine is ParseLine that also says whether the id was derived from
-// the content, for duplicate reports. A well-formed line is decoded in one
-// pass (quickLine); any other is decoded again, field by field, so that
-// the error says exactly what is wrong. The quick path accepts a line only
-// when the detailed one would give the same result.
-func parseLine(line []byte) (id string, msgs []schema.Message, derived bool, err error) {
+// ParseOptions says how ParseLineWith reads a line. The zero value reads
+// it as a run with --turns last does.
+type ParseOptions struct {
+	// Turns is schema.TurnsLast (or empty, the same) or schema.TurnsAll.
+	// With TurnsAll every assistant turn of the input is a turn to
+	// regenerate: each stays in Line.Messages as a placeholder whose
+	// Content is empty (the input's text is neither read nor kept), and
+	// must directly follow a user message. A final assistant turn is
+	// dropped as with TurnsLast: its answer is the conversation's last
+	// turn.
+	Turns string
+}
+
+// Line is one input line as ParseLineWith reads it.
+type Line struct {
+	// ID is the prompt id: the line's own, or derived from Messages
+	// (Derived).
+	ID string
+	// Messages are the messages of the prompt as queued: ending with a
+	// user message; with TurnsAll, assistant messages are placeholders
+	// with empty Content, one per turn to regenerate before the last
+	// (schema.TurnSlots counts the turns).
+	Messages []schema.Message
+	// Params are the line's "params": its own request parameters,
+	// validated. Nil when the line has none, or an empty object.
+	Params *schema.Params
+	// Derived is set when the line has no id and ID was derived from
+	// Messages (ContentID), as queued: with TurnsAll the input's
+	// assistant texts are not part of it.
+	Derived bool
+}
+
+// ParseLineWith reads one JSONL line (see ParseLine for the accepted
+// shapes) as opts say. It never panics; its error says what is wrong
+// with the line, or that opts.Turns is not a mode.
+func ParseLineWith(line []byte, opts ParseOptions) (Line, error) {
+	switch opts.Turns {
+	case "", schema.TurnsLast:
+		return parseLine(line, false)
+	case schema.TurnsAll:
+		return parseLine(line, true)
+	default:
+		return Line{}, fmt.Errorf("turns %q: use %s or %s", opts.Turns, schema.TurnsLast, schema.TurnsAll)
+	}
+}
+
+// parseLine reads a line; all selects --turns all. A well-formed line is
+// decoded in one pass (quickLine); any other is decoded again, field by
+// field, so that the error says exactly what is wrong. The quick path
+// accepts a line only when the detailed one would give the same result.
+func parseLine(line []byte, all bool) (Line, error) {
 	var q quickLine
 	if json.Unmarshal(line, &q) == nil {
-		id, msgs, derived, err = q.parse()
-		if err == nil {
-			return id, msgs, derived, nil
+		if l, err := q.parse(all); err == nil {
+			return l, nil
 		}
 	}
-	return parseDetailed(line)
+	return parseDetailed(line, all)
 }
 
 // quickLine is lineFields with the turns decoded in the same pass. A
@@ -101,49 +153,81 @@ type quickLine struct {
 	Messages      []turnFields    `json:"messages"`
 	Conversations []turnFields    `json:"conversations"`
 	Prompt        json.RawMessage `json:"prompt"`
+	Params        json.RawMessage `json:"params"`
 }
 
-func (q *quickLine) parse() (string, []schema.Message, bool, error) {
+func (q *quickLine) parse(all bool) (Line, error) {
 	var msgs []schema.Message
 	var err error
 	switch {
 	case q.Messages != nil: // [] decodes to an empty, non-nil slice
-		msgs, err = buildTurns(q.Messages, "messages", len(q.Messages))
+		msgs, err = buildTurns(q.Messages, "messages", len(q.Messages), all)
 	case q.Conversations != nil:
-		msgs, err = buildTurns(q.Conversations, "conversations", len(q.Conversations))
+		msgs, err = buildTurns(q.Conversations, "conversations", len(q.Conversations), all)
 	case present(q.Prompt):
 		msgs, err = parsePrompt(q.Prompt)
 	default:
 		err = errNoPrompt
 	}
 	if err != nil {
-		return "", nil, false, err
+		return Line{}, err
 	}
-	return finishID(q.ID, msgs)
+	return finishLine(q.ID, q.Params, msgs)
 }
 
 var errNoPrompt = errors.New("no messages, conversations or prompt field")
 
 // parseDetailed decodes a line field by field, to say what is wrong.
-func parseDetailed(line []byte) (id string, msgs []schema.Message, derived bool, err error) {
+func parseDetailed(line []byte, all bool) (Line, error) {
 	var f lineFields
 	if err := json.Unmarshal(line, &f); err != nil {
-		return "", nil, false, jsonProblem(line, err)
+		return Line{}, jsonProblem(line, err)
 	}
+	var msgs []schema.Message
+	var err error
 	switch {
 	case present(f.Messages):
-		msgs, err = parseTurns(f.Messages, "messages")
+		msgs, err = parseTurns(f.Messages, "messages", all)
 	case present(f.Conversations):
-		msgs, err = parseTurns(f.Conversations, "conversations")
+		msgs, err = parseTurns(f.Conversations, "conversations", all)
 	case present(f.Prompt):
 		msgs, err = parsePrompt(f.Prompt)
 	default:
 		err = errNoPrompt
 	}
 	if err != nil {
-		return "", nil, false, err
+		return Line{}, err
 	}
-	return finishID(f.ID, msgs)
+	return finishLine(f.ID, f.Params, msgs)
+}
+
+// finishLine reads the id (or derives it from the messages) and the
+// params of a line whose messages were read.
+func finishLine(rawID, rawParams json.RawMessage, msgs []schema.Message) (Line, error) {
+	id, msgs, derived, err := finishID(rawID, msgs)
+	if err != nil {
+		return Line{}, err
+	}
+	params, err := parseParams(rawParams)
+	if err != nil {
+		return Line{}, err
+	}
+	return Line{ID: id, Messages: msgs, Params: params, Derived: derived}, nil
+}
+
+// parseParams reads a line's "params": nil when absent, null or empty.
+func parseParams(raw json.RawMessage) (*schema.Params, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	p, err := schema.ParamsFromJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	if p.IsZero() {
+		return nil, nil
+	}
+	return &p, nil
 }
 
 // finishID reads the id, or derives it from the messages when absent.
@@ -213,7 +297,7 @@ func parsePrompt(raw json.RawMessage) ([]schema.Message, error) {
 }
 
 // parseTurns reads a list of chat turns, checking the type of each.
-func parseTurns(raw json.RawMessage, field string) ([]schema.Message, error) {
+func parseTurns(raw json.RawMessage, field string, all bool) ([]schema.Message, error) {
 	var items []json.RawMessage
 	if raw[0] != '[' {
 		return nil, fmt.Errorf("%s must be a list of {role, content} objects, found %s", field, kindOf(raw))
@@ -231,12 +315,14 @@ func parseTurns(raw json.RawMessage, field string) ([]schema.Message, error) {
 			return nil, fmt.Errorf("message %d: %v", n, err)
 		}
 	}
-	return buildTurns(turns, field, len(items))
+	return buildTurns(turns, field, len(items), all)
 }
 
 // buildTurns drops a final assistant turn and checks that what is left can
-// be sent as a prompt.
-func buildTurns(turns []turnFields, field string, given int) ([]schema.Message, error) {
+// be sent as a prompt. With all (--turns all) every assistant turn left
+// must directly follow a user message and becomes a placeholder with empty
+// content: its text is not read.
+func buildTurns(turns []turnFields, field string, given int, all bool) ([]schema.Message, error) {
 	if len(turns) == 0 {
 		return nil, fmt.Errorf("%s is empty", field)
 	}
@@ -262,8 +348,19 @@ func buildTurns(turns []turnFields, field string, given int) ([]schema.Message, 
 	if last := roles[len(roles)-1]; last != roleUser {
 		return nil, fmt.Errorf("message %d: the conversation must end with a user message (after a final assistant answer is dropped), found %s", len(roles), last)
 	}
+	if all {
+		for i, r := range roles {
+			if r == roleAssistant && (i == 0 || roles[i-1] != roleUser) {
+				return nil, fmt.Errorf("message %d: an assistant turn must follow a user message to be regenerated with --turns all", i+1)
+			}
+		}
+	}
 	msgs := make([]schema.Message, len(turns))
 	for i, t := range turns {
+		if all && roles[i] == roleAssistant {
+			msgs[i] = schema.Message{Role: roleAssistant}
+			continue
+		}
 		content, err := parseContent(t, i+1)
 		if err != nil {
 			return nil, err

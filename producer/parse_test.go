@@ -283,6 +283,10 @@ var parseSeeds = []string{
 	"{\"prompt\":\"\xff\"}",
 	`{"id":"\ud800","prompt":"x"}`,
 	`[`, `{`, `{"messages":[{}]}`, `{"messages":[[]]}`, `{"id":-0,"prompt":"q"}`,
+	`{"id":"p","prompt":"q","params":{"temperature":0.5,"top_k":20,"stop":["x"],"chat_template_kwargs":{"b":1,"a":true},"custom":{"z":[1]}}}`,
+	`{"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":null},{"role":"user","content":"q2"}],"params":{"seed":3}}`,
+	`{"conversations":[{"from":"system","value":"s"},{"from":"gpt","value":"a"},{"from":"human","value":"q"}]}`,
+	`{"id":"a\u0000b","prompt":"q","params":{"top_k":"x"}}`,
 }
 
 // Truncations and byte flips of valid lines: ParseLine must return, not
@@ -295,19 +299,57 @@ func TestParseLineNeverPanics(t *testing.T) {
 				if err == nil {
 					checkParsed(t, line, id, msgs)
 				}
+				if l, err := ParseLineWith(line, ParseOptions{Turns: schema.TurnsAll}); err == nil {
+					checkParsedAll(t, line, l)
+				}
 				checkSamePaths(t, line)
 			}
 		}
 	}
 }
 
-// checkSamePaths asserts that the quick and the detailed decoding agree.
+// checkSamePaths asserts that the quick and the detailed decoding agree,
+// in both turns modes.
 func checkSamePaths(t *testing.T, line []byte) {
 	t.Helper()
-	id, msgs, derived, err := parseLine(line)
-	did, dmsgs, dderived, derr := parseDetailed(line)
-	if id != did || derived != dderived || !sameMessages(msgs, dmsgs) || (err == nil) != (derr == nil) || (err != nil && err.Error() != derr.Error()) {
-		t.Fatalf("%q: quick path gives %q %+v %v %v, detailed %q %+v %v %v", line, id, msgs, derived, err, did, dmsgs, dderived, derr)
+	for _, all := range []bool{false, true} {
+		l, err := parseLine(line, all)
+		d, derr := parseDetailed(line, all)
+		if !sameLine(l, d) || (err == nil) != (derr == nil) || (err != nil && err.Error() != derr.Error()) {
+			t.Fatalf("%q (all %v): quick path gives %+v %v, detailed %+v %v", line, all, l, err, d, derr)
+		}
+	}
+}
+
+func sameLine(a, b Line) bool {
+	return a.ID == b.ID && a.Derived == b.Derived && sameMessages(a.Messages, b.Messages) && reflect.DeepEqual(a.Params, b.Params)
+}
+
+// checkParsedAll asserts what every line accepted with --turns all
+// guarantees: ending with a user turn, every assistant turn an empty
+// placeholder right after a user turn, the other turns with content.
+func checkParsedAll(t *testing.T, line []byte, l Line) {
+	t.Helper()
+	if l.ID == "" || len(l.ID) > MaxIDBytes || !utf8.ValidString(l.ID) || strings.IndexByte(l.ID, 0) >= 0 {
+		t.Fatalf("%q: bad id %q", line, l.ID)
+	}
+	msgs := l.Messages
+	if len(msgs) == 0 || msgs[len(msgs)-1].Role != "user" {
+		t.Fatalf("%q: messages do not end with a user turn: %+v", line, msgs)
+	}
+	for i, m := range msgs {
+		if m.Role == "assistant" {
+			if m.Content != "" || i == 0 || msgs[i-1].Role != "user" {
+				t.Fatalf("%q: bad assistant placeholder %d in %+v", line, i+1, msgs)
+			}
+			continue
+		}
+		if strings.TrimSpace(m.Content) == "" || !utf8.ValidString(m.Content) {
+			t.Fatalf("%q: bad content %q", line, m.Content)
+		}
+	}
+	if l.Params != nil && (l.Params.IsZero() || l.Params.Validate() != nil) {
+		t.Fatalf("%q: bad params %+v", line, l.Params)
 	}
 }
 
@@ -327,6 +369,9 @@ func FuzzParseLine(f *testing.F) {
 		id, msgs, err := ParseLine(line)
 		if err == nil {
 			checkParsed(t, line, id, msgs)
+		}
+		if l, err := ParseLineWith(line, ParseOptions{Turns: schema.TurnsAll}); err == nil {
+			checkParsedAll(t, line, l)
 		}
 		checkSamePaths(t, line)
 	})

@@ -1,11 +1,12 @@
 // Package producer queues the prompts of a run: it reads a JSONL file,
 // checks every line, writes the run manifest and publishes one message per
-// prompt to the prompts stream.
+// prompt to the prompts stream, or one per sample of it with
+// Config.Samples (each a schema.Unit).
 //
 // The file is read twice and never held in memory: the first pass
 // validates every line and finds duplicate ids, so that a bad file
 // publishes nothing (unless told to skip bad lines); the second pass
-// publishes. Publishing is idempotent for good: each prompt has its own
+// publishes. Publishing is idempotent for good: each unit has its own
 // subject, which the stream holds at most once, and every publish expects
 // that subject to be empty. Producing the same file again, after a crash
 // or on purpose, publishes exactly the prompts that are missing; a file
@@ -117,7 +118,7 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 		return rep, fmt.Errorf("produce run %s: look up stream %s: %w", cfg.Run, schema.PromptsStream, err)
 	}
 
-	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Valid), promptsLine)
+	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Units), promptsLine, unitNoun(cfg.samples()))
 	pub := newPublisher(js, cfg, stream, limit, m)
 	err = publishFile(ctx, cfg, sc, pub)
 	m.finish()
@@ -134,9 +135,19 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 		return rep, err
 	}
 	if failed > 0 {
-		return rep, &IncompleteError{File: cfg.PromptsFile, Run: cfg.Run, Failed: failed, Valid: rep.Valid, Problems: problems}
+		return rep, &IncompleteError{File: cfg.PromptsFile, Run: cfg.Run, Failed: failed, Valid: rep.Valid,
+			Samples: rep.Samples, Units: rep.Units, Problems: problems}
 	}
 	return rep, nil
+}
+
+// unitNoun names the prompt messages of a run in progress reports:
+// prompts, or samples when each prompt is queued several times.
+func unitNoun(samples int) string {
+	if samples > 1 {
+		return "samples"
+	}
+	return "prompts"
 }
 
 // accept decides, after the validation pass, whether publishing may go on.
@@ -198,28 +209,32 @@ func feed(ctx context.Context, cfg Config, sc *scan, r io.Reader, pub *publisher
 		if tooLong || len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		id, msgs, _, err := parseLine(data)
+		l, err := parseLine(data, cfg.turnsAll())
 		if err != nil {
 			continue // invalid in the validation pass too, or caught by the count below
 		}
-		first, ok := sc.ids[tokenOf(id)]
+		first, ok := sc.ids[tokenOf(l.ID)]
 		if !ok {
-			return changedError(cfg, fmt.Sprintf("line %d holds id %q, which was not there before", lr.line, truncate(id, 60)))
+			return changedError(cfg, fmt.Sprintf("line %d holds id %q, which was not there before", lr.line, truncate(l.ID, 60)))
 		}
 		if first.line != lr.line || first.rejected {
 			continue // a duplicate, or too large: reported by the validation pass
 		}
-		if promptDigest(&schema.Prompt{ID: id, Messages: msgs}) != first.digest {
+		p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, lr.line), l)
+		if promptDigest(p) != first.digest {
 			// What is published must be what the manifest's digest covers.
-			return changedError(cfg, fmt.Sprintf("the prompt %q on line %d is not the one validated", truncate(id, 60), lr.line))
+			return changedError(cfg, fmt.Sprintf("the prompt %q on line %d is not the one validated", truncate(l.ID, 60), lr.line))
 		}
-		msg, err := promptMessage(cfg.Run, fmt.Sprintf("%s:%d", source, lr.line), id, msgs)
-		if err != nil {
-			return fmt.Errorf("produce %s line %d: %w", cfg.PromptsFile, lr.line, err)
-		}
-		if err := pub.add(ctx, &entry{line: lr.line, id: id, msg: msg}); err != nil {
-			return fmt.Errorf("produce run %s: stopped at line %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
-				cfg.Run, lr.line, cfg.PromptsFile, err)
+		for k := range cfg.samples() {
+			p.Sample = k
+			msg, err := promptMessage(p)
+			if err != nil {
+				return fmt.Errorf("produce %s line %d: %w", cfg.PromptsFile, lr.line, err)
+			}
+			if err := pub.add(ctx, &entry{line: lr.line, id: l.ID, sample: k, msg: msg}); err != nil {
+				return fmt.Errorf("produce run %s: stopped at line %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
+					cfg.Run, lr.line, cfg.PromptsFile, err)
+			}
 		}
 		queued++
 	}

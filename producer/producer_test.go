@@ -125,7 +125,7 @@ func TestRunAfterCrashPublishesTheRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := promptMessage(cfg.Run, fmt.Sprintf("prompts.jsonl:%d", i+1), id, msgs)
+		m, err := promptMessage(&schema.Prompt{Run: cfg.Run, Source: fmt.Sprintf("prompts.jsonl:%d", i+1), ID: id, Messages: msgs})
 		if err != nil {
 			t.Fatal(err)
 		}

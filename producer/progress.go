@@ -30,9 +30,12 @@ const (
 
 // meter reports the progress of one pass. A nil meter reports nothing.
 type meter struct {
-	w     io.Writer
-	desc  string
-	kind  meterKind
+	w    io.Writer
+	desc string
+	kind meterKind
+	// noun names what a promptsLine meter counts: "prompts", or
+	// "samples" when each prompt is queued several times.
+	noun  string
 	total int64
 	start time.Time
 	bar   *progressbar.ProgressBar
@@ -46,12 +49,13 @@ type meter struct {
 }
 
 // newMeter starts reporting to w: a progress bar when w is a terminal, a
-// plain line every progressInterval otherwise. It returns nil when w is nil.
-func newMeter(w io.Writer, desc string, total int64, kind meterKind) *meter {
+// plain line every progressInterval otherwise. noun names what a
+// promptsLine meter counts. It returns nil when w is nil.
+func newMeter(w io.Writer, desc string, total int64, kind meterKind, noun string) *meter {
 	if w == nil {
 		return nil
 	}
-	m := &meter{w: w, desc: desc, kind: kind, total: total, start: time.Now(), stop: make(chan struct{})}
+	m := &meter{w: w, desc: desc, kind: kind, noun: noun, total: total, start: time.Now(), stop: make(chan struct{})}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		opts := []progressbar.Option{
 			progressbar.OptionSetWriter(w),
@@ -64,7 +68,7 @@ func newMeter(w io.Writer, desc string, total int64, kind meterKind) *meter {
 		if kind == bytesLine {
 			opts = append(opts, progressbar.OptionShowBytes(true))
 		} else {
-			opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetItsString("prompts"))
+			opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetItsString(noun))
 		}
 		m.bar = progressbar.NewOptions64(total, opts...)
 		return m
@@ -148,6 +152,6 @@ func (m *meter) line() string {
 		return fmt.Sprintf("%s: %s of %s (%.0f%%), %s/s", m.desc, formatBytes(done), formatBytes(m.total), pct, formatBytes(int64(rate)))
 	}
 	already := m.already.Load()
-	return fmt.Sprintf("%s: %d/%d prompts queued (%.0f%%; %d new, %d already queued), %s prompts/s",
-		m.desc, done, m.total, pct, done-already, already, strconv.FormatFloat(rate, 'f', 0, 64))
+	return fmt.Sprintf("%s: %d/%d %s queued (%.0f%%; %d new, %d already queued), %s %s/s",
+		m.desc, done, m.total, m.noun, pct, done-already, already, strconv.FormatFloat(rate, 'f', 0, 64), m.noun)
 }

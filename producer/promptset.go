@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -53,9 +54,12 @@ type PromptsConflictError struct {
 	NotQueued      []string
 	NotQueuedCount int
 	// NotInFile names queued ids of the run (in subject order) that the
-	// file does not hold as valid prompts; NotInFileCount counts them all.
+	// file does not hold as valid prompts; NotInFileCount counts the
+	// prompt messages queued for them: with Samples above 1 a prompt has
+	// one per sample.
 	NotInFile      []string
 	NotInFileCount int
+	Samples        int
 	// Changed names ids whose queued prompt differs from the file's,
 	// found by reading back Compared of the Common prompts queued and in
 	// the file, in file order, stopping after shownIDs differences or
@@ -77,7 +81,11 @@ func (e *PromptsConflictError) Error() string {
 		fmt.Fprintf(&b, "\n  %d %s of the file %s not queued in the run: %s", e.NotQueuedCount,
 			plural(e.NotQueuedCount, "id", "ids"), plural(e.NotQueuedCount, "is", "are"), idList(e.NotQueued, e.NotQueuedCount))
 	}
-	if e.NotInFileCount > 0 {
+	switch {
+	case e.NotInFileCount > 0 && e.Samples > 1:
+		fmt.Fprintf(&b, "\n  %d queued %s of the run %s of ids not in the file: %s", e.NotInFileCount,
+			plural(e.NotInFileCount, "sample", "samples"), plural(e.NotInFileCount, "is", "are"), idList(e.NotInFile, len(e.NotInFile)))
+	case e.NotInFileCount > 0:
 		fmt.Fprintf(&b, "\n  %d queued %s of the run %s not in the file: %s", e.NotInFileCount,
 			plural(e.NotInFileCount, "id", "ids"), plural(e.NotInFileCount, "is", "are"), idList(e.NotInFile, e.NotInFileCount))
 	}
@@ -118,9 +126,9 @@ func idList(ids []string, total int) string {
 // the run's: count, and digest when the stored one can be compared.
 func promptSetDiff(stored, now *schema.Manifest) []string {
 	var d []string
-	if stored.Total != now.Total {
+	if promptCount(stored) != promptCount(now) {
 		d = append(d, fmt.Sprintf("the prompt count is %d in the stored manifest (from %s), %d valid prompts now (from %s)",
-			stored.Total, stored.Source, now.Total, now.Source))
+			promptCount(stored), stored.Source, promptCount(now), now.Source))
 	}
 	if knownDigest(stored.PromptsDigest) && stored.PromptsDigest != now.PromptsDigest {
 		d = append(d, fmt.Sprintf("the prompts differ too (prompts digest %s in the stored manifest, %s now)", stored.PromptsDigest, now.PromptsDigest))
@@ -147,7 +155,7 @@ func checkPromptSet(ctx context.Context, js jetstream.JetStream, cfg Config, sc 
 	cfg.Logger.Warn("produce: the prompts file cannot be verified against the run; accepted on its prompt count alone",
 		"run", cfg.Run, "file", cfg.PromptsFile, "reason", why,
 		"consequence", "prompts already queued keep their queued content whatever the file says; only ids not queued yet are published",
-		"total", stored.Total, "stored_source", stored.Source, "prompts_digest", now.PromptsDigest)
+		"prompts", promptCount(stored), "stored_source", stored.Source, "prompts_digest", now.PromptsDigest)
 	return nil
 }
 
@@ -156,22 +164,26 @@ func checkPromptSet(ctx context.Context, js jetstream.JetStream, cfg Config, sc 
 func promptsConflict(ctx context.Context, js jetstream.JetStream, cfg Config, sc *scan, stored *schema.Manifest) *PromptsConflictError {
 	e := &PromptsConflictError{
 		Run: cfg.Run, File: cfg.PromptsFile,
-		StoredTotal: stored.Total, Total: sc.report.Valid, StoredSource: stored.Source,
+		StoredTotal: promptCount(stored), Total: sc.report.Valid, StoredSource: stored.Source,
 		StoredDigest: stored.PromptsDigest, Digest: sc.report.PromptsDigest,
+		Samples: cfg.samples(),
 	}
 	e.ListErr = listDifferences(ctx, js, cfg, sc, e)
 	return e
 }
 
 // listDifferences fills in e what differs between the file and the
-// prompts queued for the run. Its cost, paid only when a produce is
+// prompts queued for the run. An id is queued when its first sample (the
+// plain prompt subject) is. Its cost, paid only when a produce is
 // refused:
 //   - one listing of the run's subjects on the prompts stream (ten paged
 //     requests for a million prompts, and the client holds them all for a
 //     moment, about 100 MB for a million),
+//   - with samples, a reading of the file to recognise the subjects of
+//     its prompts' other samples (one SHA-256 per sample),
 //   - a look-up of each queued id absent from the file, at most shownIDs,
-//   - a third reading of the file, in order, stopping as soon as the
-//     first ids not queued are named and the content comparison is done,
+//   - a reading of the file, in order, stopping as soon as the first ids
+//     not queued are named and the content comparison is done,
 //   - and one read-back per prompt compared, at most maxCompared.
 func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc *scan, e *PromptsConflictError) error {
 	stream, err := js.Stream(ctx, schema.PromptsStream)
@@ -183,21 +195,67 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 		return err
 	}
 	prefix := strings.TrimSuffix(schema.RunFilter(schema.PromptsRoot, cfg.Run), ">")
-	var absent []string
+	absent := map[string]bool{}
 	for subject := range queued {
 		if first, ok := sc.ids[subjectToken(subject, prefix)]; ok && !first.rejected {
 			e.Common++
 			continue
 		}
-		absent = append(absent, subject)
+		absent[subject] = true
+	}
+	if cfg.samples() > 1 && len(absent) > 0 {
+		if err := dropOtherSamples(ctx, cfg, sc, absent); err != nil {
+			return err
+		}
 	}
 	e.NotInFileCount = len(absent)
 	e.NotQueuedCount = sc.report.Valid - e.Common
-	slices.Sort(absent)
-	for _, subject := range absent[:min(len(absent), shownIDs)] {
-		e.NotInFile = append(e.NotInFile, queuedID(ctx, stream, subject))
+	subjects := slices.Sorted(maps.Keys(absent))
+	for _, subject := range subjects[:min(len(subjects), shownIDs)] {
+		if id := queuedID(ctx, stream, subject); !slices.Contains(e.NotInFile, id) {
+			e.NotInFile = append(e.NotInFile, id) // samples of one id are named once
+		}
 	}
 	return compareFile(ctx, cfg, sc, stream, queued, e)
+}
+
+// dropOtherSamples removes from absent (queued subjects that are not the
+// first sample of a prompt of the file) the subjects of the other samples
+// of the file's prompts, reading the file again: what is left is queued
+// for prompts the file does not hold.
+func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[string]bool) error {
+	f, err := os.Open(cfg.PromptsFile)
+	if err != nil {
+		return fmt.Errorf("open prompts file again: %w", err)
+	}
+	defer f.Close()
+	lr := newLineReader(f, MaxLineBytes)
+	for len(absent) > 0 {
+		data, tooLong, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s after line %d: %w", cfg.PromptsFile, lr.line, err)
+		}
+		if lr.line%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if tooLong {
+			continue
+		}
+		l, err := parseLine(data, cfg.turnsAll())
+		if err != nil {
+			continue
+		}
+		if first, ok := sc.ids[tokenOf(l.ID)]; !ok || first.line != lr.line || first.rejected {
+			continue
+		}
+		for k := 1; k < cfg.samples(); k++ {
+			delete(absent, schema.PromptSubject(cfg.Run, schema.Unit{ID: l.ID, Sample: k}))
+		}
+	}
+	return nil
 }
 
 // subjectToken is the digest behind the last token of a prompt subject
@@ -263,10 +321,11 @@ func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Str
 		if tooLong {
 			continue
 		}
-		id, _, _, err := parseLine(data)
+		l, err := parseLine(data, cfg.turnsAll())
 		if err != nil {
 			continue
 		}
+		id := l.ID
 		first, ok := sc.ids[tokenOf(id)]
 		if !ok || first.line != lr.line || first.rejected {
 			continue
@@ -297,8 +356,8 @@ func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Str
 // digest. A prompt removed meanwhile (a replay queues it again) counts as
 // the same; one that cannot be decoded, as different. A replay may set
 // MaxTokens on a queued prompt to retry a truncated answer: that does not
-// make it another prompt, and a file gives no per-prompt parameter, so
-// the comparison leaves it out.
+// make it another prompt, and a file cannot set it, so the comparison
+// leaves it out; the line's params (Params) it keeps.
 func sameAsQueued(ctx context.Context, stream jetstream.Stream, subject string, digest [16]byte) (bool, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -311,5 +370,5 @@ func sameAsQueued(ctx context.Context, stream jetstream.Stream, subject string, 
 	if err != nil {
 		return false, nil
 	}
-	return promptDigest(&schema.Prompt{ID: p.ID, Messages: p.Messages}) == digest, nil
+	return promptDigest(&schema.Prompt{ID: p.ID, Messages: p.Messages, Params: p.Params}) == digest, nil
 }

@@ -38,8 +38,11 @@ func (e *ackTimeoutError) Error() string {
 // entry is one prompt on its way to the stream. It holds a publishing
 // slot from its first attempt until its outcome is settled.
 type entry struct {
-	line     int
-	id       string
+	line int
+	id   string
+	// sample is the prompt's sample this message queues (0 without
+	// samples).
+	sample   int
 	msg      *nats.Msg
 	attempts int
 	future   jetstream.PubAckFuture
@@ -365,11 +368,19 @@ func (p *publisher) failureReason(e *entry, err error) string {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return interruptedReason(e, err)
 	}
-	return fmt.Sprintf("prompt %q not published after %d %s: %v", truncate(e.id, 60), e.attempts, plural(e.attempts, "attempt", "attempts"), err)
+	return fmt.Sprintf("%s not published after %d %s: %v", e.name(), e.attempts, plural(e.attempts, "attempt", "attempts"), err)
 }
 
 func interruptedReason(e *entry, err error) string {
-	return fmt.Sprintf("prompt %q not confirmed before produce stopped (%v)", truncate(e.id, 60), err)
+	return fmt.Sprintf("%s not confirmed before produce stopped (%v)", e.name(), err)
+}
+
+// name names the prompt, and its sample when it is not the first.
+func (e *entry) name() string {
+	if e.sample > 0 {
+		return fmt.Sprintf("prompt %q sample %d", truncate(e.id, 60), e.sample)
+	}
+	return fmt.Sprintf("prompt %q", truncate(e.id, 60))
 }
 
 // results returns the counts and failures once finish has returned.

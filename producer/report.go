@@ -36,12 +36,20 @@ type Report struct {
 	// Lines counts every line read, blank ones (which are skipped)
 	// included; Valid+Invalid is the number of non-blank lines.
 	Lines, Valid, Invalid int
-	// Published counts prompts stored by this produce.
+	// Samples is the number of samples per prompt (Config.Samples, at
+	// least 1) and Units the prompt messages the valid prompts make:
+	// Valid x Samples, the output lines the run expects. Turns is the
+	// number of requests they take when every turn succeeds: Units with
+	// --turns last, the turns of every conversation (schema.TurnSlots)
+	// times Samples with --turns all.
+	Samples, Units, Turns int
+	// Published counts prompt messages (units: a prompt's samples) stored
+	// by this produce; with one sample, prompts.
 	Published int
-	// AlreadyQueued counts prompts that an earlier produce of the same run
-	// had stored: a repeat is recognised and not stored twice.
+	// AlreadyQueued counts prompt messages that an earlier produce of the
+	// same run had stored: a repeat is recognised and not stored twice.
 	AlreadyQueued int
-	// Failed counts valid prompts that could not be published; running
+	// Failed counts prompt messages that could not be published; running
 	// produce again publishes exactly those.
 	Failed int
 	// Problems lists invalid lines and failed prompts in line order, at
@@ -85,15 +93,20 @@ func (e *InvalidError) Error() string {
 // the missing ones and only those.
 type IncompleteError struct {
 	File, Run string
-	// Failed counts the prompts not published; Problems lists at most
-	// MaxProblems of them.
-	Failed, Valid int
-	Problems      []Problem
+	// Failed counts the prompt messages not published, of Units (Valid
+	// prompts times Samples); Problems lists at most MaxProblems of them.
+	Failed, Valid  int
+	Samples, Units int
+	Problems       []Problem
 }
 
 func (e *IncompleteError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d of %d prompts of %s were not published to run %s:\n", e.Failed, e.Valid, e.File, e.Run)
+	if e.Samples > 1 {
+		fmt.Fprintf(&b, "%d of %d samples (%d prompts x %d) of %s were not published to run %s:\n", e.Failed, e.Units, e.Valid, e.Samples, e.File, e.Run)
+	} else {
+		fmt.Fprintf(&b, "%d of %d prompts of %s were not published to run %s:\n", e.Failed, e.Valid, e.File, e.Run)
+	}
 	writeProblems(&b, e.Problems, e.Failed)
 	b.WriteString("run the same produce again once the cause is fixed: prompts already queued are recognised and skipped, only the missing ones are published")
 	return b.String()

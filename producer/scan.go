@@ -109,6 +109,9 @@ type scan struct {
 	// first place.
 	ids  map[[16]byte]seenID
 	info os.FileInfo
+	// turns sums the turns of the valid prompts: schema.TurnSlots of each
+	// with --turns all, one each otherwise.
+	turns int
 }
 
 // scanFile is the validation pass: it reads every line, checks it, counts
@@ -130,7 +133,7 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 	}
 	sc := &scan{ids: make(map[[16]byte]seenID), info: info}
 	source := filepath.Base(cfg.PromptsFile)
-	meter := newMeter(cfg.Progress, "validating "+source, info.Size(), bytesLine)
+	meter := newMeter(cfg.Progress, "validating "+source, info.Size(), bytesLine, "")
 	defer meter.finish()
 
 	lr := newLineReader(f, MaxLineBytes)
@@ -150,7 +153,7 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 		if !tooLong && len(bytes.TrimSpace(data)) == 0 {
 			continue
 		}
-		reason := sc.check(cfg.Run, source, lr.line, data, tooLong, limit)
+		reason := sc.check(cfg, source, lr.line, data, tooLong, limit)
 		if reason == "" {
 			sc.report.Valid++
 			continue
@@ -159,6 +162,9 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 		sc.report.addProblem(Problem{File: cfg.PromptsFile, Line: lr.line, Reason: reason})
 	}
 	sc.report.PromptsDigest = sc.promptsDigest()
+	sc.report.Samples = cfg.samples()
+	sc.report.Units = sc.report.Valid * cfg.samples()
+	sc.report.Turns = sc.turns * cfg.samples()
 	return sc, nil
 }
 
@@ -178,33 +184,44 @@ func (sc *scan) promptsDigest() string {
 
 // check validates one non-blank line and records its id; it returns why
 // the line is not accepted, or "".
-func (sc *scan) check(run, source string, line int, data []byte, tooLong bool, limit int64) string {
+func (sc *scan) check(cfg Config, source string, line int, data []byte, tooLong bool, limit int64) string {
 	if tooLong {
 		return fmt.Sprintf("line is longer than %s: no server accepts a prompt that large; shorten or remove it", formatBytes(MaxLineBytes))
 	}
-	id, msgs, derived, err := parseLine(data)
+	l, err := parseLine(data, cfg.turnsAll())
 	if err != nil {
 		return err.Error()
 	}
-	key := tokenOf(id)
+	key := tokenOf(l.ID)
 	if first, ok := sc.ids[key]; ok {
-		if derived && first.derived {
+		if l.Derived && first.derived {
 			return fmt.Sprintf("same content as line %d", first.line)
 		}
-		return fmt.Sprintf("duplicate id %q (first on line %d)", truncate(id, 60), first.line)
+		return fmt.Sprintf("duplicate id %q (first on line %d)", truncate(l.ID, 60), first.line)
 	}
-	entry := seenID{line: line, derived: derived, digest: promptDigest(&schema.Prompt{ID: id, Messages: msgs})}
+	p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, line), l)
+	entry := seenID{line: line, derived: l.Derived, digest: promptDigest(p)}
 	var reason string
 	if limit > 0 {
-		m, err := promptMessage(run, fmt.Sprintf("%s:%d", source, line), id, msgs)
+		// The last sample's message is the largest: its sample number
+		// is the longest, and only samples after the first carry one.
+		p.Sample = cfg.samples() - 1
+		m, err := promptMessage(p)
 		switch {
 		case err != nil:
 			reason = err.Error()
 		case payloadSize(m) > limit:
-			reason = oversizeReason(id, payloadSize(m), limit)
+			reason = oversizeReason(l.ID, payloadSize(m), limit)
 		}
 	}
 	entry.rejected = reason != ""
 	sc.ids[key] = entry
+	if !entry.rejected {
+		if cfg.turnsAll() {
+			sc.turns += schema.TurnSlots(l.Messages)
+		} else {
+			sc.turns++
+		}
+	}
 	return reason
 }

@@ -80,7 +80,7 @@ func TestLineReaderLongLines(t *testing.T) {
 
 func TestTooLongLineReason(t *testing.T) {
 	sc := &scan{ids: map[[16]byte]seenID{}}
-	if r := sc.check("r", "f", 1, nil, true, 0); !strings.Contains(r, "line is longer than 64.0 MiB") {
+	if r := sc.check(Config{Run: "r"}, "f", 1, nil, true, 0); !strings.Contains(r, "line is longer than 64.0 MiB") {
 		t.Errorf("reason %q", r)
 	}
 }

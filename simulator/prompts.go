@@ -14,7 +14,28 @@ import (
 // shapes aerie accepts (messages, ShareGPT conversations with a trailing
 // answer to regenerate, and a bare prompt), some with a system turn and
 // some multi-turn, so a rehearsal exercises the parser as real data does.
+// It is WritePromptsWith with the zero PromptOptions.
 func WritePrompts(w io.Writer, n int, seed int64) error {
+	return WritePromptsWith(w, n, seed, PromptOptions{})
+}
+
+// PromptOptions shape the prompts WritePromptsWith writes. The zero
+// value writes what WritePrompts always has.
+type PromptOptions struct {
+	// Turns, above 1, makes every line a conversation of 1 to Turns user
+	// turns (each count equally likely), every user turn but the last
+	// followed by an assistant answer, as in a multi-turn data set: the
+	// input of a run with --turns all. 0 or 1 write WritePrompts' mix, in
+	// which one line in four has two user turns.
+	Turns int
+}
+
+// WritePromptsWith writes n synthetic prompts as JSONL, shaped by opts,
+// deterministic for a seed and opts.
+func WritePromptsWith(w io.Writer, n int, seed int64, opts PromptOptions) error {
+	if opts.Turns > 1 {
+		return writeConversations(w, n, seed, opts.Turns)
+	}
 	r := rand.New(rand.NewPCG(uint64(seed), 0x61657269))
 	bw := bufio.NewWriterSize(w, 1<<16)
 	enc := json.NewEncoder(bw)
@@ -46,6 +67,58 @@ func WritePrompts(w io.Writer, n int, seed int64) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// writeConversations writes n conversations of 1 to maxTurns user turns.
+// Lines rotate through the shapes a multi-turn data set comes in:
+// messages ending with the user's turn, messages ending with an answer
+// (dropped, as the one to regenerate), and ShareGPT conversations with a
+// trailing answer; every other line has a system turn.
+func writeConversations(w io.Writer, n int, seed int64, maxTurns int) error {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x7475726e73))
+	bw := bufio.NewWriterSize(w, 1<<16)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	for i := range n {
+		id := fmt.Sprintf("c%07d", i)
+		turns := 1 + r.IntN(maxTurns)
+		type turn struct{ role, text string }
+		var conv []turn
+		if i%2 == 1 {
+			conv = append(conv, turn{"system", "You are a careful assistant. Think step by step."})
+		}
+		for t := range turns {
+			conv = append(conv, turn{"user", question(r)})
+			if t < turns-1 || i%3 != 0 {
+				conv = append(conv, turn{"assistant", earlierAnswer(r)})
+			}
+		}
+		var line map[string]any
+		if i%3 == 2 {
+			from := map[string]string{"system": "system", "user": "human", "assistant": "gpt"}
+			msgs := make([]map[string]string, len(conv))
+			for j, c := range conv {
+				msgs[j] = map[string]string{"from": from[c.role], "value": c.text}
+			}
+			line = map[string]any{"id": id, "conversations": msgs}
+		} else {
+			msgs := make([]map[string]string, len(conv))
+			for j, c := range conv {
+				msgs[j] = map[string]string{"role": c.role, "content": c.text}
+			}
+			line = map[string]any{"id": id, "messages": msgs}
+		}
+		if err := enc.Encode(line); err != nil {
+			return fmt.Errorf("write conversation %d: %w", i, err)
+		}
+	}
+	return bw.Flush()
+}
+
+// earlierAnswer makes up a short answer, as an earlier turn of a data set has.
+func earlierAnswer(r *rand.Rand) string {
+	return fmt.Sprintf("In short, %s comes down to %s; the rest follows from it.",
+		subjects[r.IntN(len(subjects))], subjects[r.IntN(len(subjects))])
 }
 
 var (

@@ -12,15 +12,19 @@ import (
 )
 
 func cmdGen(_ context.Context, args []string) error {
-	fs, _ := newFlags("gen-prompts", "--count N --out FILE [--seed N]")
+	fs, _ := newFlags("gen-prompts", "--count N --out FILE [--seed N] [--turns N]")
 	count := fs.Int("count", 25000, "number of prompts")
 	out := fs.String("out", "", "output JSONL file")
 	seed := fs.Int64("seed", 1, "seed")
+	turns := fs.Int("turns", 1, "most user turns per conversation: above 1, every line has 1 to N user turns, each but the last followed by an assistant answer (input for --turns all); 1 writes the usual mix of shapes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *out == "" || *count < 1 {
 		return errors.New("--out FILE and a positive --count are required")
+	}
+	if *turns < 1 {
+		return fmt.Errorf("--turns %d: give 1 or more user turns per conversation", *turns)
 	}
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err
@@ -31,7 +35,7 @@ func cmdGen(_ context.Context, args []string) error {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	if err := simulator.WritePrompts(w, *count, *seed); err != nil {
+	if err := simulator.WritePromptsWith(w, *count, *seed, simulator.PromptOptions{Turns: *turns}); err != nil {
 		f.Close()
 		return err
 	}

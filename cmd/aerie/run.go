@@ -15,7 +15,7 @@ import (
 )
 
 func cmdRun(ctx context.Context, args []string) error {
-	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N] [--sim-speed X ...]")
+	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N] [--turns last|all] [--samples N] [--sim-speed X ...]")
 	run := fs.String("run", "", "run name")
 	prompts := fs.String("prompts", "", "JSONL file of prompts")
 	dataDir := addDataDirFlag(fs, "./data", "the embedded NATS server's store is <data-dir>/nats")
@@ -39,6 +39,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	if *prompts == "" {
 		return errors.New("--prompts is required: a JSONL file of prompts (make run generates one)")
+	}
+	if err := sf.check(); err != nil {
+		return err
 	}
 	key, err := bf.apiKey()
 	if err != nil {
@@ -74,6 +77,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
 		Backend: bf.url, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
+		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Logger: log,

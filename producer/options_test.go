@@ -1,0 +1,552 @@
+package producer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// A line's params are read on every shape, canonical and validated; an
+// empty or null params object is no params.
+func TestParseLineParams(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+		want       *schema.Params
+	}{
+		{"absent", `{"id":"a","prompt":"q"}`, nil},
+		{"null", `{"id":"a","prompt":"q","params":null}`, nil},
+		{"empty", `{"id":"a","prompt":"q","params":{}}`, nil},
+		{"only nulls", `{"id":"a","prompt":"q","params":{"top_k":null}}`, nil},
+		{"n of one", `{"id":"a","prompt":"q","params":{"n":1}}`, nil},
+		{"prompt shape", `{"id":"a","prompt":"q","params":{"temperature":0.2,"top_k":20,"seed":7}}`,
+			&schema.Params{Temperature: ptr(0.2), TopK: ptr(20), Seed: ptr(int64(7))}},
+		{"messages shape", `{"id":"a","messages":[{"role":"user","content":"q"}],"params":{"stop":"END","max_tokens":100}}`,
+			&schema.Params{Stop: []string{"END"}, MaxTokens: 100}},
+		{"conversations shape", `{"id":"a","conversations":[{"from":"human","value":"q"}],"params":{"min_p":0.05,"reasoning_effort":"high"}}`,
+			&schema.Params{MinP: ptr(0.05), ReasoningEffort: "high"}},
+		{"objects canonical", `{"id":"a","prompt":"q","params":{"chat_template_kwargs":{ "b" : 1, "a" : {"y":2,"x":1} },"vendor_knob":[1, 2]}}`,
+			&schema.Params{ChatTemplateKwargs: json.RawMessage(`{"a":{"x":1,"y":2},"b":1}`), ExtraBody: json.RawMessage(`{"vendor_knob":[1,2]}`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := ParseLineWith([]byte(tc.line), ParseOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !paramsEqual(l.Params, tc.want) {
+				t.Fatalf("params %s, want %s", paramsText(l.Params), paramsText(tc.want))
+			}
+			if _, _, err := ParseLine([]byte(tc.line)); err != nil {
+				t.Fatalf("ParseLine: %v", err)
+			}
+			checkSamePaths(t, []byte(tc.line))
+		})
+	}
+}
+
+func paramsEqual(a, b *schema.Params) bool {
+	return paramsText(a) == paramsText(b)
+}
+
+func paramsText(p *schema.Params) string {
+	if p == nil {
+		return "nil"
+	}
+	return paramsBytes(p)
+}
+
+// A wrong params makes the line invalid, for ParseLine too, saying what
+// is wrong.
+func TestParseLineParamsErrors(t *testing.T) {
+	for _, tc := range []struct{ name, params, reason string }{
+		{"not an object", `"hot"`, "params must be a JSON object of request parameters"},
+		{"a list", `[1]`, "params must be a JSON object"},
+		{"top_k not an integer", `{"top_k":2.5}`, "params.top_k: expected an integer"},
+		{"top_k a string", `{"top_k":"20"}`, "params.top_k: expected an integer, found a JSON string"},
+		{"temperature a string", `{"temperature":"hot"}`, "params.temperature: expected a number"},
+		{"stop a number", `{"stop":5}`, "params.stop"},
+		{"top_p out of range", `{"top_p":1.5}`, "top_p is 1.5"},
+		{"reserved model", `{"model":"x"}`, `params sets "model"`},
+		{"several answers", `{"n":3}`, "use --samples"},
+		{"kwargs not an object", `{"chat_template_kwargs":[true]}`, "params.chat_template_kwargs: must be a JSON object"},
+		{"bad effort", `{"reasoning_effort":"max"}`, `reasoning_effort is "max"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, shape := range []string{
+				`{"id":"a","prompt":"q","params":%s}`,
+				`{"id":"a","params":%s,"messages":[{"role":"user","content":"q"}]}`,
+				`{"conversations":[{"from":"human","value":"q"}],"params":%s}`,
+			} {
+				line := []byte(fmt.Sprintf(shape, tc.params))
+				_, _, err := ParseLine(line)
+				if err == nil || !strings.Contains(err.Error(), tc.reason) {
+					t.Fatalf("%s: error %v, want %q", line, err, tc.reason)
+				}
+				checkSamePaths(t, line)
+			}
+		})
+	}
+}
+
+// Ids with a NUL byte are refused: schema.Unit.Key separates the id from
+// the sample with one.
+func TestParseLineRefusesNUL(t *testing.T) {
+	_, _, err := ParseLine([]byte(`{"id":"a\u0000b","prompt":"q"}`))
+	if err == nil || !strings.Contains(err.Error(), "id contains a NUL byte") {
+		t.Fatalf("error %v, want one about the NUL byte", err)
+	}
+}
+
+// With --turns all every assistant turn is a placeholder to regenerate:
+// kept, its text dropped; the final one is dropped as with --turns last.
+func TestParseLineTurnsAll(t *testing.T) {
+	ph := schema.Message{Role: "assistant"}
+	for _, tc := range []struct {
+		name, line string
+		msgs       []schema.Message
+	}{
+		{"single turn", `{"id":"a","messages":[{"role":"user","content":"q"}]}`, []schema.Message{user("q")}},
+		{"final answer dropped", `{"id":"a","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"old"}]}`, []schema.Message{user("q")}},
+		{"three turns", `{"id":"a","messages":[{"role":"system","content":"s"},{"role":"user","content":"q1"},{"role":"assistant","content":"a1"},{"role":"user","content":"q2"},{"role":"assistant","content":"a2"},{"role":"user","content":"q3"},{"role":"assistant","content":"a3"}]}`,
+			[]schema.Message{system("s"), user("q1"), ph, user("q2"), ph, user("q3")}},
+		{"placeholders not read", `{"id":"a","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":null},{"role":"user","content":"q2"},{"role":"assistant"},{"role":"user","content":"q3"}]}`,
+			[]schema.Message{user("q1"), ph, user("q2"), ph, user("q3")}},
+		{"sharegpt", `{"id":"a","conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a1"},{"from":"human","value":"q2"},{"from":"gpt","value":"a2"}]}`,
+			[]schema.Message{user("q1"), ph, user("q2")}},
+		{"two user turns in a row", `{"id":"a","messages":[{"role":"user","content":"q1"},{"role":"user","content":"q2"},{"role":"assistant","content":"a"},{"role":"user","content":"q3"}]}`,
+			[]schema.Message{user("q1"), user("q2"), ph, user("q3")}},
+		{"prompt", `{"id":"a","prompt":"q"}`, []schema.Message{user("q")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := ParseLineWith([]byte(tc.line), ParseOptions{Turns: schema.TurnsAll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.ID != "a" || !sameMessages(l.Messages, tc.msgs) {
+				t.Fatalf("got %q %+v, want %+v", l.ID, l.Messages, tc.msgs)
+			}
+			if got, want := schema.TurnSlots(l.Messages), strings.Count(tc.line, `"assistant"`)+strings.Count(tc.line, `"gpt"`); got != max(want, 1) && got != want+1 {
+				t.Fatalf("%d turns for %d assistant turns in the input", got, want)
+			}
+			checkSamePaths(t, []byte(tc.line))
+		})
+	}
+	// Without an id, the id is derived from what is queued: the input's
+	// assistant texts do not count.
+	a, err := ParseLineWith([]byte(`{"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"x"},{"role":"user","content":"q2"}]}`), ParseOptions{Turns: schema.TurnsAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseLineWith([]byte(`{"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"y"},{"role":"user","content":"q2"}]}`), ParseOptions{Turns: schema.TurnsAll})
+	if err != nil || !a.Derived || a.ID != b.ID || a.ID != ContentID(a.Messages) {
+		t.Fatalf("derived ids %+v, %+v, %v", a, b, err)
+	}
+}
+
+func TestParseLineTurnsAllErrors(t *testing.T) {
+	for _, tc := range []struct{ name, line, reason string }{
+		{"assistant after system", `{"messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"},{"role":"user","content":"q"}]}`,
+			"message 2: an assistant turn must follow a user message to be regenerated with --turns all"},
+		{"assistant first", `{"messages":[{"role":"assistant","content":"a"},{"role":"user","content":"q"}]}`,
+			"message 1: an assistant turn must follow a user message"},
+		{"two assistants in a row", `{"messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"q2"}]}`,
+			"message 3: an assistant turn must follow a user message"},
+		{"ends with two assistants", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"},{"role":"assistant","content":"b"}]}`,
+			"message 2: the conversation must end with a user message"},
+		{"ends with system", `{"messages":[{"role":"user","content":"q"},{"role":"system","content":"s"}]}`, "must end with a user message"},
+		{"no user", `{"messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]}`, "no user message left after dropping the final assistant answer"},
+		{"only system", `{"messages":[{"role":"system","content":"s"}]}`, "no user message"},
+		{"empty user content", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"},{"role":"user","content":""}]}`, "message 3: empty content"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseLineWith([]byte(tc.line), ParseOptions{Turns: schema.TurnsAll})
+			if err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("error %v, want %q", err, tc.reason)
+			}
+			checkSamePaths(t, []byte(tc.line))
+		})
+	}
+	// With --turns last the same earlier turns are sent as given.
+	l, err := ParseLineWith([]byte(`{"messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"},{"role":"user","content":"q"}]}`), ParseOptions{Turns: schema.TurnsLast})
+	if err != nil || !sameMessages(l.Messages, []schema.Message{system("s"), assistant("a"), user("q")}) {
+		t.Fatalf("turns last: %+v, %v", l, err)
+	}
+	if _, err := ParseLineWith([]byte(`{"prompt":"q"}`), ParseOptions{Turns: "some"}); err == nil || !strings.Contains(err.Error(), `turns "some"`) {
+		t.Fatalf("unknown mode: %v", err)
+	}
+}
+
+func TestConfigValidateNewSettings(t *testing.T) {
+	ok := Config{Run: "r1", PromptsFile: "p.jsonl", Model: "m"}
+	for _, c := range []Config{
+		{Turns: schema.TurnsLast, ContextReasoning: schema.ContextReasoningDrop, Samples: 1},
+		{Turns: schema.TurnsAll, ContextReasoning: schema.ContextReasoningKeep, Samples: MaxSamples, ReturnTokenIDs: true},
+	} {
+		c.Run, c.PromptsFile, c.Model = ok.Run, ok.PromptsFile, ok.Model
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v refused: %v", c, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"unknown turns", func(c *Config) { c.Turns = "first" }, `turns "first": use last`},
+		{"unknown context reasoning", func(c *Config) { c.Turns = schema.TurnsAll; c.ContextReasoning = "some" }, `context reasoning "some"`},
+		{"keep with last", func(c *Config) { c.ContextReasoning = schema.ContextReasoningKeep }, "applies only to turns all"},
+		{"negative samples", func(c *Config) { c.Samples = -1 }, "samples is -1"},
+		{"too many samples", func(c *Config) { c.Samples = MaxSamples + 1 }, "samples is 1001"},
+		{"top_k", func(c *Config) { c.Params.TopK = ptr(-2) }, "top_k is -2"},
+		{"extra body reserved", func(c *Config) { c.Params.ExtraBody = json.RawMessage(`{"n":2}`) }, `extra body sets "n"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.change(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error about %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// The digest covers a line's params, and only when it has some: a prompt
+// without params keeps the digest it always had.
+func TestPromptDigestCoversParams(t *testing.T) {
+	base := &schema.Prompt{ID: "a", Messages: []schema.Message{user("hello")}}
+	if promptDigest(base) != promptDigest(&schema.Prompt{ID: "a", Messages: []schema.Message{user("hello")}, Params: nil}) {
+		t.Fatal("nil params change the digest")
+	}
+	seen := map[[16]byte]string{promptDigest(base): "none"}
+	for _, p := range []*schema.Params{
+		{},
+		{Temperature: ptr(0.5)},
+		{Temperature: ptr(0.6)},
+		{TopK: ptr(5)},
+		{Seed: ptr(int64(5))},
+		{Stop: []string{"a"}},
+		{Stop: []string{"a", "b"}},
+		{ChatTemplateKwargs: json.RawMessage(`{"a":1}`)},
+		{ExtraBody: json.RawMessage(`{"a":1}`)},
+	} {
+		d := promptDigest(&schema.Prompt{ID: "a", Messages: []schema.Message{user("hello")}, Params: p})
+		if other, ok := seen[d]; ok {
+			t.Errorf("params %s have the digest of %s", paramsBytes(p), other)
+		}
+		seen[d] = paramsBytes(p)
+	}
+}
+
+// Editing a line's params is editing the prompt: the run refuses it and
+// names the prompt.
+func TestChangedParamsAreRefused(t *testing.T) {
+	e := setup(t)
+	lines := promptLines(0, 5)
+	lines[2] = `{"id":"p-00002","prompt":"q","params":{"temperature":0.2}}`
+	cfg := e.config(e.file(t, "a.jsonl", lines))
+	if rep, err := Run(ctxFor(t), e.js, cfg); err != nil || rep.Published != 5 {
+		t.Fatalf("first produce: %+v, %v", rep, err)
+	}
+	p := storedPrompt(t, e.js, cfg.Run, "p-00002")
+	if p.Params == nil || p.Params.Temperature == nil || *p.Params.Temperature != 0.2 {
+		t.Fatalf("queued params %+v", p.Params)
+	}
+	if p := storedPrompt(t, e.js, cfg.Run, "p-00001"); p.Params != nil {
+		t.Fatalf("a line without params queued params %+v", p.Params)
+	}
+	if rep, err := Run(ctxFor(t), e.js, cfg); err != nil || rep.AlreadyQueued != 5 {
+		t.Fatalf("the same file again: %+v, %v", rep, err)
+	}
+	for _, edit := range []string{
+		`{"id":"p-00002","prompt":"q","params":{"temperature":0.3}}`,
+		`{"id":"p-00002","prompt":"q"}`,
+		`{"id":"p-00002","prompt":"q","params":{"temperature":0.2,"top_k":4}}`,
+	} {
+		edited := slices.Clone(lines)
+		edited[2] = edit
+		cfg.PromptsFile = e.file(t, "edited.jsonl", edited)
+		seq := lastSeq(t, e.js)
+		_, err := Run(ctxFor(t), e.js, cfg)
+		var conflict *PromptsConflictError
+		if !errors.As(err, &conflict) || !slices.Equal(conflict.Changed, []string{"p-00002"}) {
+			t.Fatalf("%s: %v, want the prompt named as changed", edit, err)
+		}
+		if lastSeq(t, e.js) != seq {
+			t.Fatalf("%s: published after a refusal", edit)
+		}
+	}
+}
+
+// A run exists with its settings: producing it again with any of them
+// changed is refused, naming the difference, and publishes nothing.
+func TestManifestConflictNewSettings(t *testing.T) {
+	e := setup(t)
+	lines := []string{
+		`{"id":"a","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"x"},{"role":"user","content":"q2"}]}`,
+		`{"id":"b","prompt":"q"}`,
+	}
+	base := e.config(e.file(t, "a.jsonl", lines))
+	base.Turns = schema.TurnsAll
+	base.Samples = 2
+	base.Params = schema.Params{TopK: ptr(20), Stop: []string{"END"}, ChatTemplateKwargs: json.RawMessage(`{"thinking":true}`),
+		ExtraBody: json.RawMessage(`{"x":1}`), Seed: ptr(int64(1)), MinP: ptr(0.1), ReasoningEffort: "low",
+		PresencePenalty: ptr(0.1), FrequencyPenalty: ptr(0.2), RepetitionPenalty: ptr(1.1)}
+	if _, err := Run(ctxFor(t), e.js, base); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Run(ctxFor(t), e.js, base); err != nil || rep.AlreadyQueued != 4 {
+		t.Fatalf("identical repeat: %+v, %v", rep, err)
+	}
+	seq := lastSeq(t, e.js)
+	for _, tc := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.Turns = schema.TurnsLast }, "turns is all in the stored manifest, last now"},
+		{func(c *Config) { c.ContextReasoning = schema.ContextReasoningKeep }, "context_reasoning is drop in the stored manifest, keep now"},
+		{func(c *Config) { c.Samples = 3 }, "samples is 2 in the stored manifest, 3 now"},
+		{func(c *Config) { c.ReturnTokenIDs = true }, "return_token_ids is false in the stored manifest, true now"},
+		{func(c *Config) { c.Params.TopK = nil }, "top_k is 20 in the stored manifest, unset now"},
+		{func(c *Config) { c.Params.MinP = ptr(0.2) }, "min_p is 0.1 in the stored manifest, 0.2 now"},
+		{func(c *Config) { c.Params.PresencePenalty = nil }, "presence_penalty is 0.1"},
+		{func(c *Config) { c.Params.FrequencyPenalty = nil }, "frequency_penalty is 0.2"},
+		{func(c *Config) { c.Params.RepetitionPenalty = nil }, "repetition_penalty is 1.1"},
+		{func(c *Config) { c.Params.Seed = ptr(int64(2)) }, "seed is 1 in the stored manifest, 2 now"},
+		{func(c *Config) { c.Params.Stop = []string{"END", "STOP"} }, `stop is ["END"] in the stored manifest, ["END", "STOP"] now`},
+		{func(c *Config) { c.Params.ReasoningEffort = "high" }, `reasoning_effort is "low" in the stored manifest, "high" now`},
+		{func(c *Config) { c.Params.ChatTemplateKwargs = json.RawMessage(`{"thinking":false}`) }, `chat_template_kwargs is {"thinking":true} in the stored manifest, {"thinking":false} now`},
+		{func(c *Config) { c.Params.ExtraBody = nil }, `extra_body is {"x":1} in the stored manifest, unset now`},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			cfg := base
+			tc.change(&cfg)
+			_, err := Run(ctxFor(t), e.js, cfg)
+			var conflict *ManifestConflictError
+			if !errors.As(err, &conflict) || !strings.Contains(conflict.Differences[0], tc.want) {
+				t.Fatalf("%v, want a ManifestConflictError about %q", err, tc.want)
+			}
+			// The other settings are the same; only the prompts may differ
+			// (turns last queues the assistant turns' text).
+			for _, d := range conflict.Differences[1:] {
+				if !strings.Contains(d, "the prompts differ too") {
+					t.Fatalf("more differences than one: %v", err)
+				}
+			}
+		})
+	}
+	if lastSeq(t, e.js) != seq {
+		t.Fatal("a refused produce published")
+	}
+}
+
+// A manifest written before turns, samples and prompts were recorded is
+// the same run as a produce with their defaults: it resumes.
+func TestOldManifestResumes(t *testing.T) {
+	e := setup(t)
+	const n = 6
+	cfg := e.config(e.file(t, "a.jsonl", promptLines(0, n)))
+	if _, err := Run(ctxFor(t), e.js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	m := storedManifest(t, e.js, cfg.Run)
+	if m.Turns != schema.TurnsLast || m.Samples != 1 || m.Prompts != n || m.Total != n || m.TotalTurns != n || m.ContextReasoning != "" || m.ReturnTokenIDs {
+		t.Fatalf("manifest %+v", m)
+	}
+	m.Turns, m.Samples, m.Prompts, m.TotalTurns = "", 0, 0, 0
+	b, err := schema.EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := e.js.KeyValue(ctxFor(t), schema.RunsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctxFor(t), cfg.Run, b); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Turns, cfg.ContextReasoning, cfg.Samples = schema.TurnsLast, schema.ContextReasoningDrop, 1
+	if rep, err := Run(ctxFor(t), e.js, cfg); err != nil || rep.AlreadyQueued != n {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+}
+
+// With samples every prompt is queued once per sample, each its own
+// unit; producing again publishes nothing.
+func TestSamplesPublishEveryUnitOnce(t *testing.T) {
+	e := setup(t)
+	const n, samples = 20, 3
+	lines := promptLines(0, n)
+	lines[4] = `{"id":"p-00004","prompt":"q","params":{"seed":40}}`
+	cfg := e.config(e.file(t, "a.jsonl", lines))
+	cfg.Samples = samples
+	cfg.Params.Seed = ptr(int64(1))
+	progress := &syncBuffer{}
+	cfg.Progress = progress
+	rep, err := Run(ctxFor(t), e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Valid != n || rep.Samples != samples || rep.Units != n*samples || rep.Turns != n*samples || rep.Published != n*samples || rep.AlreadyQueued != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.Contains(progress.String(), fmt.Sprintf("%d/%d samples queued", n*samples, n*samples)) {
+		t.Errorf("progress:\n%s", progress)
+	}
+	if got := storedPrompts(t, e.js); got != n*samples {
+		t.Fatalf("stream holds %d messages, want %d", got, n*samples)
+	}
+	units := map[string]bool{}
+	for _, m := range fetchPrompts(t, e.js, cfg.Run, n*samples) {
+		p, err := schema.DecodePrompt(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := p.Unit()
+		h := m.Headers()
+		if m.Subject() != schema.PromptSubject(cfg.Run, u) || h.Get(schema.HeaderMsgID) != schema.MsgID(cfg.Run, u) || h.Get(schema.HeaderPromptID) != p.ID {
+			t.Fatalf("unit %+v on %s with headers %v", u, m.Subject(), h)
+		}
+		wantSample := ""
+		if u.Sample > 0 {
+			wantSample = strconv.Itoa(u.Sample)
+		}
+		if h.Get(schema.HeaderSample) != wantSample || u.Sample < 0 || u.Sample >= samples {
+			t.Fatalf("unit %+v: sample header %q", u, h.Get(schema.HeaderSample))
+		}
+		if (p.ID == "p-00004") != (p.Params != nil) || (p.Params != nil && *p.Params.Seed != 40) {
+			t.Fatalf("unit %+v params %+v", u, p.Params)
+		}
+		units[u.Key()] = true
+	}
+	if len(units) != n*samples {
+		t.Fatalf("%d distinct units, want %d", len(units), n*samples)
+	}
+	m := storedManifest(t, e.js, cfg.Run)
+	if m.Samples != samples || m.Prompts != n || m.Total != n*samples || m.TotalTurns != n*samples || m.Params.Seed == nil || *m.Params.Seed != 1 {
+		t.Fatalf("manifest %+v", m)
+	}
+
+	again, err := Run(ctxFor(t), e.js, cfg)
+	if err != nil || again.Published != 0 || again.AlreadyQueued != n*samples {
+		t.Fatalf("again: %+v, %v", again, err)
+	}
+	if got := storedPrompts(t, e.js); got != n*samples {
+		t.Fatalf("stream holds %d messages after producing again, want %d", got, n*samples)
+	}
+}
+
+// An interrupted produce with samples resumes: the units missing are
+// published, whichever sample they are.
+func TestSamplesResume(t *testing.T) {
+	e := setup(t)
+	const n, samples = 10, 3
+	lines := promptLines(0, n)
+	cfg := e.config(e.file(t, "a.jsonl", lines))
+	cfg.Samples = samples
+	ctx := ctxFor(t)
+	if err := provision.Streams(ctx, e.js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// What an interrupted produce left: some samples of some prompts.
+	published := 0
+	for i, line := range lines[:5] {
+		l, err := ParseLineWith([]byte(line), ParseOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := linePrompt(cfg.Run, fmt.Sprintf("a.jsonl:%d", i+1), l)
+		for k := range samples {
+			if (i+k)%2 == 0 {
+				continue
+			}
+			p.Sample = k
+			m, err := promptMessage(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			published++
+		}
+	}
+	rep, err := Run(ctx, e.js, cfg)
+	if err != nil || rep.Published != n*samples-published || rep.AlreadyQueued != published {
+		t.Fatalf("%+v, %v; want %d already queued", rep, err, published)
+	}
+	if got := storedPrompts(t, e.js); got != n*samples {
+		t.Fatalf("stream holds %d messages, want %d", got, n*samples)
+	}
+}
+
+// With samples, a file with other prompts is refused naming the ids that
+// differ, not the other samples of the file's own prompts.
+func TestSamplesPromptsConflict(t *testing.T) {
+	e := setup(t)
+	const n, samples = 10, 3
+	lines := promptLines(0, n)
+	cfg := e.config(e.file(t, "a.jsonl", lines))
+	cfg.Samples = samples
+	if _, err := Run(ctxFor(t), e.js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	other := slices.Clone(lines[:n-1])
+	other = append(other, promptLines(n, 1)...)
+	cfg.PromptsFile = e.file(t, "b.jsonl", other)
+	_, err := Run(ctxFor(t), e.js, cfg)
+	var conflict *PromptsConflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("%v, want a PromptsConflictError", err)
+	}
+	if conflict.NotInFileCount != samples || !slices.Equal(conflict.NotInFile, []string{"p-00009"}) ||
+		conflict.NotQueuedCount != 1 || !slices.Equal(conflict.NotQueued, []string{"p-00010"}) || conflict.Common != n-1 {
+		t.Fatalf("conflict %+v", conflict)
+	}
+	if !strings.Contains(err.Error(), `3 queued samples of the run are of ids not in the file: "p-00009"`) {
+		t.Errorf("error: %v", err)
+	}
+}
+
+// With --turns all the assistant turns are queued as empty placeholders
+// and the manifest counts every turn.
+func TestTurnsAllProduce(t *testing.T) {
+	e := setup(t)
+	lines := []string{
+		`{"id":"a","messages":[{"role":"user","content":"q1"},{"role":"assistant","content":"old answer"},{"role":"user","content":"q2"},{"role":"assistant","content":"last"}]}`,
+		`{"id":"b","prompt":"q"}`,
+		`{"id":"c","conversations":[{"from":"human","value":"q1"},{"from":"gpt","value":"a1"},{"from":"human","value":"q2"},{"from":"gpt","value":"a2"},{"from":"human","value":"q3"}]}`,
+	}
+	cfg := e.config(e.file(t, "a.jsonl", lines))
+	cfg.Turns = schema.TurnsAll
+	cfg.ContextReasoning = schema.ContextReasoningKeep
+	cfg.Samples = 2
+	cfg.ReturnTokenIDs = true
+	rep, err := Run(ctxFor(t), e.js, cfg)
+	if err != nil || rep.Units != 6 || rep.Turns != (2+1+3)*2 || rep.Published != 6 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	m := storedManifest(t, e.js, cfg.Run)
+	if m.Turns != schema.TurnsAll || m.ContextReasoning != schema.ContextReasoningKeep || m.Samples != 2 || !m.ReturnTokenIDs ||
+		m.Prompts != 3 || m.Total != 6 || m.TotalTurns != 12 {
+		t.Fatalf("manifest %+v", m)
+	}
+	p := storedPrompt(t, e.js, cfg.Run, "a")
+	want := []schema.Message{user("q1"), {Role: "assistant"}, user("q2")}
+	if !sameMessages(p.Messages, want) {
+		t.Fatalf("queued %+v, want %+v", p.Messages, want)
+	}
+	// The same file read with --turns last is another run.
+	cfg.Turns, cfg.ContextReasoning = schema.TurnsLast, ""
+	var conflict *ManifestConflictError
+	if _, err := Run(ctxFor(t), e.js, cfg); !errors.As(err, &conflict) {
+		t.Fatalf("%v, want a ManifestConflictError", err)
+	}
+}
