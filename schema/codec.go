@@ -157,5 +157,16 @@ func DecodeManifest(b []byte) (*Manifest, error) {
 	if m.V != Version {
 		return nil, &VersionError{Kind: "manifest", Got: m.V}
 	}
+	// The manifest is stored indented, which indents its JSON objects too:
+	// give them back in the canonical form every other copy has.
+	for _, obj := range []*json.RawMessage{&m.Params.ChatTemplateKwargs, &m.Params.ExtraBody} {
+		if len(*obj) > 0 {
+			c, err := CanonicalObject(*obj)
+			if err != nil {
+				return nil, &DecodeError{Kind: "manifest", Err: fmt.Errorf("params: %w", err)}
+			}
+			*obj = c
+		}
+	}
 	return m, nil
 }

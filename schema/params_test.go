@@ -90,3 +90,18 @@ func TestUnitToken(t *testing.T) {
 		t.Fatal("TurnSlots")
 	}
 }
+
+func TestManifestObjectsComeBackCanonical(t *testing.T) {
+	m := &Manifest{Run: "r", Params: Params{ChatTemplateKwargs: json.RawMessage(`{"b":1,"a":{"y":2,"x":1}}`)}}
+	b, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeManifest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Params.ChatTemplateKwargs) != `{"a":{"x":1,"y":2},"b":1}` {
+		t.Fatalf("chat_template_kwargs came back as %s", got.Params.ChatTemplateKwargs)
+	}
+}
