@@ -28,7 +28,7 @@ func TestFetchIsBoundedInBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.Publish(ctx, schema.ResultSubject("big", schema.Unit{ID: string(rune('a'+i))}), data); err != nil {
+		if _, err := js.Publish(ctx, schema.ResultSubject("big", schema.Unit{ID: string(rune('a' + i))}), data); err != nil {
 			t.Fatal(err)
 		}
 	}
