@@ -83,6 +83,6 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	if err := a.publishDeadLetter(ctx, token, d); err != nil {
 		return fmt.Errorf("max-deliveries advisory: %w", err)
 	}
-	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "deliveries", adv.Deliveries)
+	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "sample", d.Sample, "deliveries", adv.Deliveries)
 	return nil
 }

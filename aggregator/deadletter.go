@@ -70,7 +70,7 @@ func (a *Aggregator) deadLetterResult(m jetstream.Msg, cause error) error {
 	if d.ID == "" {
 		d.ID = "subject:" + m.Subject()
 	}
-	a.log.Error("undecodable result message: dead-lettered as poison", "subject", m.Subject(), "prompt_id", d.ID, "err", cause)
+	a.log.Error("undecodable result message: dead-lettered as poison", "subject", m.Subject(), "prompt_id", d.ID, "sample", d.Sample, "err", cause)
 	return a.publishDeadLetter(ctx, token, d)
 }
 
