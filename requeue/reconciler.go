@@ -26,9 +26,9 @@ const (
 
 // reconciler walks the input of one Reconcile.
 type reconciler struct {
-	r                 *Requeuer
-	cfg               ReconcileConfig
-	rep               *ReconcileReport
+	r   *Requeuer
+	cfg ReconcileConfig
+	rep *ReconcileReport
 	// completed and failed hold the keys (schema.Unit.Key) of the units
 	// with a line in the output files.
 	completed, failed idSet
