@@ -62,13 +62,15 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 		FailedAt: time.Now().UTC(), PromptSeq: adv.StreamSeq,
 	}
 	if p, err := schema.DecodePrompt(raw.Data); err == nil {
-		d.ID, d.Messages = p.ID, p.Messages
+		d.ID, d.Sample, d.Messages, d.Params = p.ID, p.Sample, p.Messages, p.Params
 	} else {
 		d.ID, d.Reason = raw.Header.Get(schema.HeaderPromptID), schema.ReasonPoison
+		d.Sample = headerSample(raw.Header)
 		d.Error = "undecodable prompt message: " + err.Error()
 	}
+	key := d.Unit().Key()
 	a.mu.Lock()
-	settled := a.completions.has(d.ID) || a.failed.final(d.ID)
+	settled := a.completions.has(key) || a.failed.final(key)
 	a.mu.Unlock()
 	if settled {
 		return nil
@@ -81,6 +83,6 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	if err := a.publishDeadLetter(ctx, token, d); err != nil {
 		return fmt.Errorf("max-deliveries advisory: %w", err)
 	}
-	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "deliveries", adv.Deliveries)
+	a.log.Warn("prompt reached max deliveries without an answer: dead-lettered", "id", d.ID, "sample", d.Sample, "deliveries", adv.Deliveries)
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package aggregator turns a run's results into
-// <data-dir>/<run>/completions.jsonl (exactly one line per prompt, across
-// crashes and redeliveries), its dead letters into failed.jsonl, and
-// publishes throughput events.
+// <data-dir>/<run>/completions.jsonl (exactly one line per unit of work,
+// a prompt id and a sample, across crashes and redeliveries), its dead
+// letters into failed.jsonl, and publishes throughput events.
 package aggregator
 
 import (
@@ -43,7 +43,10 @@ type Aggregator struct {
 	est         *throughput.Estimator
 	events      *os.File
 
-	total    int
+	total int
+	// turnsAll is set for runs that regenerate every turn (--turns all):
+	// a line is then a conversation of several requests.
+	turnsAll bool
 	kick     chan struct{} // asks for an event now: the last prompt is in
 	done     chan struct{}
 	doneOnce sync.Once
@@ -93,7 +96,8 @@ func New(cfg Config, js jetstream.JetStream) (*Aggregator, error) {
 // Dir is the run's output directory.
 func (a *Aggregator) Dir() string { return a.dir }
 
-// Done is closed when every prompt of the run is completed or failed.
+// Done is closed when every unit of the run (prompt and sample) is
+// completed or failed.
 func (a *Aggregator) Done() <-chan struct{} { return a.done }
 
 // Last returns the most recent throughput event.
@@ -221,43 +225,46 @@ loop:
 }
 
 // open opens the run's three files, restoring counts from what is
-// already written. A prompt found in both completions.jsonl and
+// already written. A unit found in both completions.jsonl and
 // failed.jsonl (a crash between writing its completion and removing its
 // failure) keeps its completion: its failed line goes.
 func (a *Aggregator) open(m *schema.Manifest) error {
 	a.total = m.Total
-	a.est = throughput.New(throughput.Config{Run: a.cfg.Run, Total: m.Total}, time.Now())
+	a.turnsAll = m.TurnsMode() == schema.TurnsAll
+	a.est = throughput.New(throughput.Config{
+		Run: a.cfg.Run, Total: m.Total, Requests: m.Requests(), ReportTurns: a.turnsAll,
+	}, time.Now())
 	var err error
 	a.completions, err = openJSONL(filepath.Join(a.dir, CompletionsFile), func(line []byte) error {
-		var l struct {
-			FinishReason string `json:"finish_reason"`
-			Usage        usage  `json:"usage"`
-		}
+		var l completionHead
 		if err := json.Unmarshal(line, &l); err != nil {
 			return err
 		}
-		a.est.Restore(l.Usage.CompletionTokens, l.FinishReason == "length")
+		a.est.Restore(l.answer(a.turnsAll))
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	a.failed, err = openFailed(filepath.Join(a.dir, FailedFile), a.est.RestoreFailed)
+	a.failed, err = openFailed(filepath.Join(a.dir, FailedFile), func(l failedHead) int {
+		n := failedRequests(l.Messages, a.turnsAll)
+		a.est.RestoreFailed(n)
+		return n
+	})
 	if err != nil {
 		a.completions.Close()
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	for id := range a.failed.ids {
-		if a.completions.has(id) {
-			a.failed.markCompleted(id)
-			a.est.Reopened()
+	for key := range a.failed.keys {
+		if a.completions.has(key) {
+			a.est.Reopened(a.failed.markCompleted(key))
 		}
 	}
 	if n := len(a.failed.completed); n > 0 {
 		if err := a.failed.flush(); err != nil {
 			a.log.Error("cannot remove completed prompts from failed.jsonl; they do not count as failed", "err", err)
 		} else {
-			a.log.Warn("removed from failed.jsonl prompts that also have a completion (an earlier aggregator stopped between the two writes)", "prompts", n)
+			a.log.Warn("removed from failed.jsonl units that also have a completion (an earlier aggregator stopped between the two writes)", "units", n)
 		}
 	}
 	a.events, err = os.OpenFile(filepath.Join(a.dir, EventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)

@@ -92,16 +92,16 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // writeResults appends the new results of a batch to completions.jsonl,
-// fsyncs, and only then acknowledges them. Results whose id is already
-// written (a redelivery after a crash) are acknowledged and skipped. A
-// prompt that had failed and now completed leaves failed.jsonl (at the
-// next flush: see failedFile). A result that cannot be decoded is turned
+// fsyncs, and only then acknowledges them. Results whose unit (id and
+// sample) is already written (a redelivery after a crash) are
+// acknowledged and skipped. A unit that had failed and now completed
+// leaves failed.jsonl (at the next flush: see failedFile). A result that cannot be decoded is turned
 // into a dead letter (poison), so that it reaches failed.jsonl the way
 // every failure does and `aerie replay` can put the prompt back to work.
 func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 	var buf bytes.Buffer
 	enc := newEncoder(&buf)
-	var ids []string
+	var keys []string
 	var fresh []*schema.Result
 	var written, poisoned []jetstream.Msg
 	var poisonErrs []error
@@ -114,28 +114,28 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 			continue
 		}
 		written = append(written, m)
-		if a.completions.has(r.ID) || seen[r.ID] {
+		key := r.Unit().Key()
+		if a.completions.has(key) || seen[key] {
 			continue
 		}
-		seen[r.ID] = true
+		seen[key] = true
 		if err := enc.Encode(newCompletionLine(r)); err != nil {
 			a.mu.Unlock()
 			return err
 		}
-		ids = append(ids, r.ID)
+		keys = append(keys, key)
 		fresh = append(fresh, r)
 	}
-	if err := a.completions.appendLines(&buf, ids); err != nil {
+	if err := a.completions.appendLines(&buf, keys); err != nil {
 		a.mu.Unlock()
 		return err
 	}
 	now := time.Now()
-	for _, r := range fresh {
-		if a.failed.final(r.ID) {
-			a.failed.markCompleted(r.ID)
-			a.est.Reopened()
+	for i, r := range fresh {
+		if a.failed.final(keys[i]) {
+			a.est.Reopened(a.failed.markCompleted(keys[i]))
 		}
-		a.est.Completed(now, r.CompletionTokens, r.FinishReason == "length")
+		a.est.Completed(now, resultHead(r).answer(a.turnsAll))
 	}
 	a.kickIfComplete()
 	a.mu.Unlock()
@@ -158,19 +158,21 @@ func newEncoder(w *bytes.Buffer) *json.Encoder {
 }
 
 // writeDeadLetters appends new dead letters to failed.jsonl, fsyncs, then
-// acknowledges. A dead letter for a prompt that has a completion is
+// acknowledges. A dead letter for a unit that has a completion is
 // skipped: the answer wins. One newer than the failure already written
-// for its prompt (the prompt was replayed and failed again) replaces that
-// line, so failed.jsonl holds every failed prompt's latest failure.
+// for its unit (it was replayed and failed again) replaces that line, so
+// failed.jsonl holds every failed unit's latest failure.
 func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var buf bytes.Buffer
 	enc := newEncoder(&buf)
-	var ids []string
+	var keys []string
 	var at []time.Time
+	var requests []int
 	replace := map[string][]byte{}
 	replacedAt := map[string]time.Time{}
+	replacedRequests := map[string]int{}
 	seen := make(map[string]bool)
 	for _, m := range msgs {
 		if err := schema.CheckSchemaHeader(schema.KindDeadLetter, m.Headers().Get(schema.HeaderSchema)); err != nil {
@@ -185,38 +187,51 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 		if d.ID == "" {
 			d.ID = "subject:" + m.Subject()
 		}
-		if a.completions.has(d.ID) || seen[d.ID] {
+		key := d.Unit().Key()
+		if a.completions.has(key) || seen[key] {
 			continue
 		}
-		seen[d.ID] = true
-		if a.failed.final(d.ID) {
-			if a.failed.newer(d.ID, d.FailedAt) {
+		seen[key] = true
+		n := failedRequests(turnHeads(d.Messages), a.turnsAll)
+		if a.failed.final(key) {
+			if a.failed.newer(key, d.FailedAt) {
 				var line bytes.Buffer
 				if err := newEncoder(&line).Encode(newFailedLine(d)); err != nil {
 					return err
 				}
-				replace[d.ID], replacedAt[d.ID] = line.Bytes(), d.FailedAt
+				replace[key], replacedAt[key], replacedRequests[key] = line.Bytes(), d.FailedAt, n
 			}
 			continue
 		}
 		if err := enc.Encode(newFailedLine(d)); err != nil {
 			return err
 		}
-		ids = append(ids, d.ID)
+		keys = append(keys, key)
 		at = append(at, d.FailedAt)
+		requests = append(requests, n)
 	}
-	if err := a.failed.appendLines(&buf, ids, at); err != nil {
+	if err := a.failed.appendLines(&buf, keys, at, requests); err != nil {
 		return err
 	}
 	if len(replace) > 0 {
-		if err := a.failed.change(nil, replace, replacedAt); err != nil {
+		before := make(map[string]int, len(replace))
+		for key := range replace {
+			before[key] = a.failed.requests[key]
+		}
+		if err := a.failed.change(nil, replace, replacedAt, replacedRequests); err != nil {
 			return err
 		}
-		a.log.Info("replaced the failed lines of prompts that failed again after a replay", "prompts", len(replace))
+		for key, n := range replacedRequests {
+			if n != before[key] { // the same line count, another share of the turns
+				a.est.Reopened(before[key])
+				a.est.RestoreFailed(n)
+			}
+		}
+		a.log.Info("replaced the failed lines of units that failed again after a replay", "units", len(replace))
 	}
 	now := time.Now()
-	for range ids {
-		a.est.Failed(now)
+	for _, n := range requests {
+		a.est.Failed(now, n)
 	}
 	ackAll(msgs, a)
 	a.kickIfComplete()

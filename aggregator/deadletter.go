@@ -14,8 +14,8 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// publishDeadLetter stores d as the dead letter of the prompt whose
-// subject token is token, unless the prompt has one already (that one
+// publishDeadLetter stores d as the dead letter of the unit whose
+// subject token is token, unless the unit has one already (that one
 // stands). The dead-letter consumer then writes it to failed.jsonl like
 // any other, and `aerie replay` finds it there.
 func (a *Aggregator) publishDeadLetter(ctx context.Context, token string, d *schema.DeadLetter) error {
@@ -33,6 +33,9 @@ func (a *Aggregator) publishDeadLetter(ctx context.Context, token string, d *sch
 	out.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindDeadLetter))
 	out.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
 	out.Header.Set(schema.HeaderReason, d.Reason)
+	if d.Sample != 0 {
+		out.Header.Set(schema.HeaderSample, strconv.Itoa(d.Sample))
+	}
 	if d.PromptSeq > 0 {
 		out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.PromptSeq, 10))
 	}
@@ -54,9 +57,10 @@ func (a *Aggregator) deadLetterResult(m jetstream.Msg, cause error) error {
 		Run: a.cfg.Run, ID: m.Headers().Get(schema.HeaderPromptID), Reason: schema.ReasonPoison,
 		Error:  "the stored result cannot be read: " + cause.Error(),
 		Worker: m.Headers().Get(schema.HeaderWorker), FailedAt: time.Now().UTC(),
+		Sample: headerSample(m.Headers()),
 	}
 	if p, seq, err := a.storedPrompt(ctx, token); err == nil {
-		d.Messages, d.PromptSeq = p.Messages, seq
+		d.Messages, d.Params, d.Sample, d.PromptSeq = p.Messages, p.Params, p.Sample, seq
 		if d.ID == "" {
 			d.ID = p.ID
 		}
@@ -66,8 +70,18 @@ func (a *Aggregator) deadLetterResult(m jetstream.Msg, cause error) error {
 	if d.ID == "" {
 		d.ID = "subject:" + m.Subject()
 	}
-	a.log.Error("undecodable result message: dead-lettered as poison", "subject", m.Subject(), "prompt_id", d.ID, "err", cause)
+	a.log.Error("undecodable result message: dead-lettered as poison", "subject", m.Subject(), "prompt_id", d.ID, "sample", d.Sample, "err", cause)
 	return a.publishDeadLetter(ctx, token, d)
+}
+
+// headerSample is the sample a message's HeaderSample names; 0 when it
+// has none (sample 0 carries none) or it is not a number.
+func headerSample(h nats.Header) int {
+	n, err := strconv.Atoi(h.Get(schema.HeaderSample))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // storedPrompt reads the prompt whose subject token is token from the
@@ -92,7 +106,7 @@ func (a *Aggregator) storedPrompt(ctx context.Context, token string) (*schema.Pr
 }
 
 // resultState says whether the results stream holds an answer for the
-// prompt whose subject token is token, and whether it can be read.
+// unit whose subject token is token, and whether it can be read.
 func (a *Aggregator) resultState(ctx context.Context, token string) (stored, readable bool, err error) {
 	results, err := a.js.Stream(ctx, schema.ResultsStream)
 	if err != nil {

@@ -59,13 +59,18 @@ func (a *Aggregator) emit(s schema.Throughput) {
 	if _, err := a.events.Write(append(b, '\n')); err != nil {
 		a.log.Warn("append to events file", "err", err)
 	}
-	a.log.Info("progress",
+	args := []any{
 		"phase", s.Phase, "completed", s.Completed, "total", s.Total, "failed", s.Failed,
 		"truncated", s.Truncated, "in_flight", s.InFlight, "workers", s.Workers,
 		"req_per_s", round(s.RequestsPerSec, 2), "req_per_s_overall", round(s.RequestsPerSecOverall, 2),
 		"tok_per_s", round(s.TokensPerSec, 0), "tok_per_s_overall", round(s.TokensPerSecOverall, 0),
 		"mean_tokens", round(s.MeanCompletionTokens, 0), "est_tokens", round(s.EstimatedCompletionTokens, 0),
-		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec))
+		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec),
+	}
+	if s.TotalTurns > 0 { // --turns all: the ETA counts turns
+		args = append(args, "turns_completed", s.CompletedTurns, "turns_total", s.TotalTurns)
+	}
+	a.log.Info("progress", args...)
 	if s.WriteError != "" {
 		a.log.Error("output is not being written", "err", s.WriteError)
 	}

@@ -6,17 +6,22 @@ import (
 	"time"
 )
 
-// failedFile is failed.jsonl: one line per prompt that failed for good.
-// Unlike completions.jsonl, its lines can change: a prompt queued again
-// (`aerie replay`) is no longer failed and leaves it, one that completed
-// after all leaves it too, and a newer failure of a prompt replaces the
-// line of the older one.
+// failedFile is failed.jsonl: one line per unit (prompt and sample) that
+// failed for good, keyed like every output line (see jsonlFile). Unlike
+// completions.jsonl, its lines can change: a unit queued again (`aerie
+// replay`) is no longer failed and leaves it, one that completed after
+// all leaves it too, and a newer failure of a unit replaces the line of
+// the older one.
 type failedFile struct {
 	*jsonlFile
 	// failedAt is each line's failed_at, to tell a newer failure from a
 	// dead letter delivered again.
 	failedAt map[string]time.Time
-	// completed holds the lines of prompts that have completed since: they
+	// requests is how many of the run's requests (turns) each line
+	// accounts for in the throughput estimate, to take back as many when
+	// the line goes.
+	requests map[string]int
+	// completed holds the lines of units that have completed since: they
 	// no longer count, and leave the file at the next flush. Removing them
 	// in batches keeps a large replay linear in the size of the file; a
 	// crash before the flush is mended when the file is opened again,
@@ -24,20 +29,26 @@ type failedFile struct {
 	completed map[string]bool
 }
 
+// failedHead is what failedFile reads of each line: its failure time and
+// the roles of its messages (see requestsOf).
+type failedHead struct {
+	FailedAt time.Time  `json:"failed_at"`
+	Messages []turnHead `json:"messages"`
+}
+
 // openFailed opens failed.jsonl; onLine, if not nil, is called for each
-// line already in it.
-func openFailed(path string, onLine func()) (*failedFile, error) {
-	f := &failedFile{failedAt: map[string]time.Time{}, completed: map[string]bool{}}
+// line already in it, and returns the requests the line accounts for.
+func openFailed(path string, onLine func(failedHead) int) (*failedFile, error) {
+	f := &failedFile{failedAt: map[string]time.Time{}, requests: map[string]int{}, completed: map[string]bool{}}
 	var err error
 	f.jsonlFile, err = openJSONL(path, func(line []byte) error {
-		var l struct {
-			ID       string    `json:"id"`
-			FailedAt time.Time `json:"failed_at"`
-		}
-		_ = json.Unmarshal(line, &l) // openJSONL has checked the id
-		f.failedAt[l.ID] = l.FailedAt
+		key, _ := lineKey(line) // openJSONL has checked it
+		var l failedHead
+		_ = json.Unmarshal(line, &l) // a line without them is still a failure
+		f.failedAt[key] = l.FailedAt
+		f.requests[key] = 1
 		if onLine != nil {
-			onLine()
+			f.requests[key] = onLine(l)
 		}
 		return nil
 	})
@@ -47,68 +58,78 @@ func openFailed(path string, onLine func()) (*failedFile, error) {
 	return f, nil
 }
 
-// final reports whether id is failed for good: it has a line that is not
-// on its way out.
-func (f *failedFile) final(id string) bool { return f.has(id) && !f.completed[id] }
+// final reports whether the unit with key is failed for good: it has a
+// line that is not on its way out.
+func (f *failedFile) final(key string) bool { return f.has(key) && !f.completed[key] }
 
-// count is the number of prompts failed for good.
+// count is the number of units failed for good.
 func (f *failedFile) count() int { return f.jsonlFile.count() - len(f.completed) }
 
-// markCompleted says that id, which may have a line, has completed: the
-// line no longer counts and goes at the next flush.
-func (f *failedFile) markCompleted(id string) {
-	if f.has(id) {
-		f.completed[id] = true
+// markCompleted says that the unit with key, which may have a line, has
+// completed: the line no longer counts and goes at the next flush. It
+// returns the requests the line accounted for (0 without a line).
+func (f *failedFile) markCompleted(key string) int {
+	if !f.final(key) {
+		return 0
 	}
+	f.completed[key] = true
+	return f.requests[key]
 }
 
-// newer reports whether a failure of id at at is newer than its line.
-func (f *failedFile) newer(id string, at time.Time) bool {
-	return at.After(f.failedAt[id])
+// newer reports whether a failure of the unit with key at at is newer
+// than its line.
+func (f *failedFile) newer(key string, at time.Time) bool {
+	return at.After(f.failedAt[key])
 }
 
-// appendLines writes new lines and records when each failed.
-func (f *failedFile) appendLines(buf *bytes.Buffer, ids []string, at []time.Time) error {
-	if err := f.jsonlFile.appendLines(buf, ids); err != nil {
+// appendLines writes new lines and records when each failed and how many
+// requests it accounts for.
+func (f *failedFile) appendLines(buf *bytes.Buffer, keys []string, at []time.Time, requests []int) error {
+	if err := f.jsonlFile.appendLines(buf, keys); err != nil {
 		return err
 	}
-	for i, id := range ids {
-		f.failedAt[id] = at[i]
+	for i, key := range keys {
+		f.failedAt[key], f.requests[key] = at[i], requests[i]
 	}
 	return nil
 }
 
 // change rewrites the file once: without the lines of drop and of the
-// prompts completed since the last flush, and with the lines of replace
-// swapped for newer failures (failed at the times in at).
-func (f *failedFile) change(drop map[string]bool, replace map[string][]byte, at map[string]time.Time) error {
+// units completed since the last flush, and with the lines of replace
+// swapped for newer failures (failed at the times in at, accounting for
+// the requests in requests).
+func (f *failedFile) change(drop map[string]bool, replace map[string][]byte, at map[string]time.Time, requests map[string]int) error {
 	all := drop
 	if len(f.completed) > 0 {
 		all = make(map[string]bool, len(drop)+len(f.completed))
-		for id := range drop {
-			all[id] = true
+		for key := range drop {
+			all[key] = true
 		}
-		for id := range f.completed {
-			all[id] = true
+		for key := range f.completed {
+			all[key] = true
 		}
 	}
 	if err := f.rewrite(all, replace); err != nil {
 		return err
 	}
-	for id := range all {
-		delete(f.failedAt, id)
-		delete(f.completed, id)
+	for key := range all {
+		delete(f.failedAt, key)
+		delete(f.requests, key)
+		delete(f.completed, key)
 	}
-	for id, t := range at {
-		f.failedAt[id] = t
+	for key, t := range at {
+		f.failedAt[key] = t
+	}
+	for key, n := range requests {
+		f.requests[key] = n
 	}
 	return nil
 }
 
-// flush removes the lines of prompts completed since the last flush.
+// flush removes the lines of units completed since the last flush.
 func (f *failedFile) flush() error {
 	if len(f.completed) == 0 {
 		return nil
 	}
-	return f.change(nil, nil, nil)
+	return f.change(nil, nil, nil, nil)
 }

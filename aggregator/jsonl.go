@@ -9,16 +9,23 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
-// jsonlFile is an append-only JSON Lines file in which every line has a
-// unique "id". Appends are fsynced before the caller acknowledges the
-// messages they came from, so a line that was acknowledged is on disk, and
-// a message that was not is delivered again and written then.
+// jsonlFile is an append-only JSON Lines file with one line per unit of
+// work: every line has an "id" and a "sample", and no two lines the same
+// pair. Lines are keyed by schema.Unit.Key; a line without "sample"
+// (written before samples existed) is sample 0. Appends are fsynced
+// before the caller acknowledges the messages they came from, so a line
+// that was acknowledged is on disk, and a message that was not is
+// delivered again and written then.
 type jsonlFile struct {
 	path string
 	f    *os.File
-	ids  map[string]struct{}
+	keys map[string]struct{}
 	// rewrites counts whole-file rewrites, which tests keep few.
 	rewrites int
 }
@@ -26,14 +33,14 @@ type jsonlFile struct {
 // openJSONL opens path for appending, creating it if needed. A last line
 // without its newline is the trace of a crash in the middle of a write: it
 // is cut off (its message was never acknowledged, so it comes again). Every
-// complete line's id is loaded so that redelivered messages are skipped.
+// complete line's unit is loaded so that redelivered messages are skipped.
 // onLine, if not nil, sees each complete line.
 func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	j := &jsonlFile{path: path, f: f, ids: make(map[string]struct{})}
+	j := &jsonlFile{path: path, f: f, keys: make(map[string]struct{})}
 	good, err := j.load(onLine)
 	if err != nil {
 		f.Close()
@@ -76,13 +83,11 @@ func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
 			return 0, fmt.Errorf("read %s: %w", j.path, err)
 		}
 		lineNo++
-		var head struct {
-			ID *string `json:"id"`
+		key, err := lineKey(line)
+		if err != nil {
+			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lineNo, err)
 		}
-		if err := json.Unmarshal(line, &head); err != nil || head.ID == nil {
-			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lineNo, errOr(err, "no id"))
-		}
-		j.ids[*head.ID] = struct{}{}
+		j.keys[key] = struct{}{}
 		if onLine != nil {
 			if err := onLine(line); err != nil {
 				return 0, fmt.Errorf("%s:%d: %w", j.path, lineNo, err)
@@ -92,26 +97,51 @@ func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
 	}
 }
 
-func errOr(err error, s string) any {
-	if err != nil {
-		return err
-	}
-	return s
+// lineHead is what identifies a line: its unit.
+type lineHead struct {
+	ID     *string `json:"id"`
+	Sample int     `json:"sample"`
 }
 
-// has reports whether a line with id is on disk.
-func (j *jsonlFile) has(id string) bool {
-	_, ok := j.ids[id]
+// lineKey returns the key (schema.Unit.Key) of an output line.
+func lineKey(line []byte) (string, error) {
+	var h lineHead
+	if err := json.Unmarshal(line, &h); err != nil {
+		return "", err
+	}
+	if h.ID == nil {
+		return "", errors.New("no id")
+	}
+	if h.Sample < 0 {
+		return "", fmt.Errorf("sample %d is negative", h.Sample)
+	}
+	return schema.Unit{ID: *h.ID, Sample: h.Sample}.Key(), nil
+}
+
+// unitOfKey is the unit whose key (schema.Unit.Key) is key.
+func unitOfKey(key string) schema.Unit {
+	id, sample, found := strings.Cut(key, "\x00")
+	if !found {
+		return schema.Unit{ID: key}
+	}
+	n, _ := strconv.Atoi(sample)
+	return schema.Unit{ID: id, Sample: n}
+}
+
+// has reports whether the line of the unit with key is on disk.
+func (j *jsonlFile) has(key string) bool {
+	_, ok := j.keys[key]
 	return ok
 }
 
 // count is the number of lines on disk.
-func (j *jsonlFile) count() int { return len(j.ids) }
+func (j *jsonlFile) count() int { return len(j.keys) }
 
 // appendLines writes lines (each ending in '\n') and fsyncs. Only when it
-// returns nil are the ids recorded as written. On error the file is cut
-// back to where it was, so a failed write leaves no partial line.
-func (j *jsonlFile) appendLines(buf *bytes.Buffer, ids []string) error {
+// returns nil are their units (keys) recorded as written. On error the
+// file is cut back to where it was, so a failed write leaves no partial
+// line.
+func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
 	if buf.Len() == 0 {
 		return nil
 	}
@@ -129,17 +159,17 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, ids []string) error {
 		_, _ = j.f.Seek(start, io.SeekStart)
 		return fmt.Errorf("append to %s: %w", j.path, err)
 	}
-	for _, id := range ids {
-		j.ids[id] = struct{}{}
+	for _, key := range keys {
+		j.keys[key] = struct{}{}
 	}
 	return nil
 }
 
 func (j *jsonlFile) Close() error { return j.f.Close() }
 
-// rewrite writes the file anew without the lines of the ids in drop,
-// and with the line of each id in replace swapped for the given one
-// (which ends in '\n'). The new file is written beside the old one,
+// rewrite writes the file anew without the lines of the units (keys) in
+// drop, and with the line of each unit in replace swapped for the given
+// one (which ends in '\n'). The new file is written beside the old one,
 // fsynced and renamed over it, so a crash leaves one or the other whole.
 // It is O(file): callers batch their changes.
 func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) error {
@@ -166,14 +196,11 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
-			var head struct {
-				ID string `json:"id"`
-			}
-			_ = json.Unmarshal(line, &head)
-			if repl, ok := replace[head.ID]; ok {
+			key, _ := lineKey(line) // load has checked every line
+			if repl, ok := replace[key]; ok {
 				line = repl
 			}
-			if !drop[head.ID] {
+			if !drop[key] {
 				if _, werr := w.Write(line); werr != nil {
 					return fail(werr)
 				}
@@ -198,8 +225,8 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 	if _, err := j.f.Seek(0, io.SeekEnd); err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
-	for id := range drop {
-		delete(j.ids, id)
+	for key := range drop {
+		delete(j.keys, key)
 	}
 	return nil
 }

@@ -17,6 +17,11 @@ import (
 // maxTraced bounds how many ids natsState looks up one by one.
 const maxTraced = 20
 
+// unitOf is the unit of work of an input id. Chaos runs are produced
+// without --samples, so every id is one unit, sample 0; the subjects,
+// failure counts and output lines of a run are per unit.
+func unitOf(id string) schema.Unit { return schema.Unit{ID: id} }
+
 // natsState describes what the NATS server holds for run: the streams,
 // the run's three consumers and, for each of ids (up to maxTraced),
 // whether a result or a dead letter is stored and how many failures were
@@ -40,7 +45,7 @@ func natsState(url, run string, ids []string) string {
 	defer cancel()
 
 	streams := map[string]jetstream.Stream{}
-	for _, name := range []string{schema.PromptsStream, schema.ResultsStream, schema.DeadStream} {
+	for _, name := range []string{schema.PromptsStream, schema.ResultsStream, schema.DeadStream, schema.TurnsStream} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			fmt.Fprintf(&b, "  stream %s: %v\n", name, err)
@@ -72,11 +77,12 @@ func natsState(url, run string, ids []string) string {
 			fmt.Fprintf(&b, "  ... and %d more ids\n", len(ids)-n)
 			break
 		}
+		u := unitOf(id)
 		fmt.Fprintf(&b, "  id %s: prompt %s; result %s; dead letter %s; failures counted %s\n", id,
-			stored(ctx, streams[schema.PromptsStream], schema.PromptSubject(run, schema.Unit{ID: id})),
-			stored(ctx, streams[schema.ResultsStream], schema.ResultSubject(run, schema.Unit{ID: id})),
-			stored(ctx, streams[schema.DeadStream], schema.DeadSubject(run, schema.Unit{ID: id})),
-			failures(ctx, attempts, schema.AttemptsKey(run, schema.Unit{ID: id})))
+			stored(ctx, streams[schema.PromptsStream], schema.PromptSubject(run, u)),
+			stored(ctx, streams[schema.ResultsStream], schema.ResultSubject(run, u)),
+			stored(ctx, streams[schema.DeadStream], schema.DeadSubject(run, u)),
+			failures(ctx, attempts, schema.AttemptsKey(run, u)))
 	}
 	return b.String()
 }
@@ -217,11 +223,11 @@ func unreplayable(ctx context.Context, url, run string, failed []string, idle ti
 			}
 			return err == nil, err
 		}
-		d, err := has(dead, schema.DeadSubject(run, schema.Unit{ID: id}))
+		d, err := has(dead, schema.DeadSubject(run, unitOf(id)))
 		if err != nil {
 			return nil, false, err
 		}
-		r, err := has(results, schema.ResultSubject(run, schema.Unit{ID: id}))
+		r, err := has(results, schema.ResultSubject(run, unitOf(id)))
 		if err != nil {
 			return nil, false, err
 		}
@@ -257,7 +263,7 @@ func answeredNotWritten(ctx context.Context, url, run string, input []string, co
 	}
 	var ids []string
 	for _, id := range input {
-		if info.State.Subjects[schema.ResultSubject(run, schema.Unit{ID: id})] > 0 && !completed[id] {
+		if info.State.Subjects[schema.ResultSubject(run, unitOf(id))] > 0 && !completed[id] {
 			ids = append(ids, id)
 		}
 	}

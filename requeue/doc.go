@@ -3,6 +3,11 @@
 // prompt of the input that is neither completed nor failed nor on its way
 // (Reconcile).
 //
+// The unit of work is a prompt's sample (schema.Unit): with --samples, each
+// sample of a prompt has its own subject, result, dead letter and failure
+// count, and is requeued on its own, with its sample and the prompt's own
+// parameters. Without --samples every prompt is one unit, sample 0.
+//
 // A prompt's subject on the prompts stream holds at most one message, ever
 // (see provision): that is what makes producing idempotent, and it means
 // a prompt the run's consumer has acknowledged or terminated is never

@@ -112,6 +112,15 @@ func ids(msgs []jetstream.Msg) []string {
 	return out
 }
 
+// unitIDs lists the ids of units.
+func unitIDs(units []schema.Unit) []string {
+	out := make([]string, len(units))
+	for i, u := range units {
+		out[i] = u.ID
+	}
+	return out
+}
+
 func sameIDs(t *testing.T, what string, got []string, want ...string) {
 	t.Helper()
 	g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))

@@ -6,30 +6,61 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
-// readIDs reads a file of prompt ids, one per line, each line being
+// selection names the dead letters of one prompt id: every sample's, or,
+// when one is set, only those of sample.
+type selection struct {
+	id     string
+	sample int
+	one    bool
+}
+
+// key is the selection as one string: the id for every sample, the
+// unit's key with a marker otherwise, so that the two never collide.
+func (s selection) key() string {
+	if !s.one {
+		return s.id
+	}
+	return "\x00" + schema.Unit{ID: s.id, Sample: s.sample}.Key()
+}
+
+// String names the selection for a report: the id quoted, and its sample
+// when it selects one.
+func (s selection) String() string {
+	if !s.one {
+		return strconv.Quote(truncate(s.id, 60))
+	}
+	return strconv.Quote(truncate(s.id, 60)) + " sample " + strconv.Itoa(s.sample)
+}
+
+// readIDs reads a file selecting units by prompt id, one per line, each
+// line being
 //
 //   - a JSON object with an "id" (so failed.jsonl itself, or a filtered
-//     copy of it, can be given),
+//     copy of it, can be given): with a "sample" too, as failed.jsonl
+//     lines have, it selects that sample only; without, every sample;
 //   - a JSON string, or
-//   - the id itself, as plain text without surrounding blanks.
+//   - the id itself, as plain text without surrounding blanks,
 //
-// Blank lines are skipped. The ids are returned in file order, without
-// repeats.
-func readIDs(path string) ([]string, error) {
+// which select every sample of the id. Blank lines are skipped. The
+// selections are returned in file order, without repeats.
+func readIDs(path string) ([]selection, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open ids file: %w", err)
 	}
 	defer f.Close()
-	var ids []string
+	var out []selection
 	seen := make(map[string]struct{})
 	lr := newLineReader(f)
 	for {
 		data, _, tooLong, err := lr.next()
 		if errors.Is(err, io.EOF) {
-			return ids, nil
+			return out, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s after line %d: %w", path, lr.line, err)
@@ -37,30 +68,42 @@ func readIDs(path string) ([]string, error) {
 		if tooLong {
 			return nil, fmt.Errorf("%s:%d: line longer than %d MiB: give one id per line", path, lr.line, maxLineBytes>>20)
 		}
-		id, err := parseIDLine(bytes.TrimSpace(data))
+		sel, err := parseIDLine(bytes.TrimSpace(data))
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %v: give one id per line, as plain text, a JSON string or a JSON object with \"id\"", path, lr.line, err)
+			return nil, fmt.Errorf("%s:%d: %v: give one id per line, as plain text, a JSON string or a JSON object with \"id\" (and \"sample\" to select one sample)", path, lr.line, err)
 		}
-		if id == "" {
+		if sel.id == "" {
 			continue
 		}
-		if _, dup := seen[id]; !dup {
-			seen[id] = struct{}{}
-			ids = append(ids, id)
+		if _, dup := seen[sel.key()]; !dup {
+			seen[sel.key()] = struct{}{}
+			out = append(out, sel)
 		}
 	}
 }
 
-// parseIDLine reads the id of one trimmed line of an ids file; "" for a
-// blank line.
-func parseIDLine(line []byte) (string, error) {
+// parseIDLine reads the selection of one trimmed line of an ids file; an
+// empty id for a blank line.
+func parseIDLine(line []byte) (selection, error) {
 	switch {
 	case len(line) == 0:
-		return "", nil
+		return selection{}, nil
 	case line[0] == '{':
-		return lineID(line)
+		id, sample, one, err := lineUnit(line)
+		return selection{id: id, sample: sample, one: one}, err
 	case line[0] == '"':
-		return idText(line)
+		id, err := idText(line)
+		return selection{id: id}, err
 	}
-	return string(line), nil
+	return selection{id: string(line)}, nil
+}
+
+// unitName names a unit for a report: its id quoted, and its sample when
+// it is not 0.
+func unitName(u schema.Unit) string {
+	s := strconv.Quote(truncate(u.ID, 60))
+	if u.Sample != 0 {
+		s += " sample " + strconv.Itoa(u.Sample)
+	}
+	return s
 }

@@ -79,29 +79,64 @@ func (lr *lineReader) next() (data []byte, ended, tooLong bool, err error) {
 
 var errNoID = errors.New(`no "id" field`)
 
-// lineID returns the "id" of a JSON object line without decoding the rest
-// of the line beyond it: aerie's output lines start with the id, and an
-// answer can run to megabytes.
+// lineID returns the "id" of a JSON object line (see lineUnit).
 func lineID(line []byte) (string, error) {
+	id, _, _, err := lineUnit(line)
+	return id, err
+}
+
+// lineUnit returns the "id" and the "sample" of a JSON object line;
+// hasSample is false when the line has no "sample" (an output line
+// written before samples existed: sample 0). It decodes nothing beyond
+// the two: aerie's output lines start with them, and an answer can run
+// to megabytes. Once the id is read, a line that does not go on as JSON
+// is taken to have no sample.
+func lineUnit(line []byte) (id string, sample int, hasSample bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", errors.New("not a JSON object")
+		return "", 0, false, errors.New("not a JSON object")
 	}
-	for dec.More() {
+	hasID := false
+	for dec.More() && !(hasID && hasSample) {
 		t, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
 		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
-			return "", err
+		if err == nil {
+			err = dec.Decode(&value)
 		}
-		if key, _ := t.(string); key == "id" {
-			return idText(value)
+		if err != nil {
+			if hasID {
+				break // what follows the id does not matter unless it is the sample
+			}
+			return "", 0, false, err
+		}
+		switch key, _ := t.(string); key {
+		case "id":
+			if id, err = idText(value); err != nil {
+				return "", 0, false, err
+			}
+			hasID = true
+		case "sample":
+			if sample, err = sampleNumber(value); err != nil {
+				return "", 0, false, err
+			}
+			hasSample = true
 		}
 	}
-	return "", errNoID
+	if !hasID {
+		return "", 0, false, errNoID
+	}
+	return id, sample, hasSample, nil
+}
+
+// sampleNumber reads a sample: a JSON integer from 0.
+func sampleNumber(raw json.RawMessage) (int, error) {
+	raw = bytes.TrimSpace(raw)
+	n, err := strconv.Atoi(string(raw))
+	if err != nil || n < 0 || !isInteger(raw) {
+		return 0, fmt.Errorf("the sample %s is not an integer from 0", strconv.Quote(truncate(string(raw), 40)))
+	}
+	return n, nil
 }
 
 // idText reads an id given as a JSON string or integer (as the producer

@@ -3,8 +3,11 @@ package requeue
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 func TestLineID(t *testing.T) {
@@ -65,32 +68,50 @@ func TestLineReader(t *testing.T) {
 
 func TestReadIDs(t *testing.T) {
 	t.Parallel()
-	file := writeLines(t, t.TempDir(), "ids", "plain id", `  "quoted"  `, "", `{"id": 7}`, "plain id", `{"reason": "x", "id": "obj"}`)
+	file := writeLines(t, t.TempDir(), "ids", "plain id", `  "quoted"  `, "", `{"id": 7}`, "plain id", `{"reason": "x", "id": "obj"}`,
+		`{"id": "obj", "sample": 2}`, `{"sample": 0, "id": "obj"}`, `{"id": "obj", "sample": 2}`)
 	got, err := readIDs(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"plain id", "quoted", "7", "obj"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("ids %q, want %q", got, want)
+	want := []selection{{id: "plain id"}, {id: "quoted"}, {id: "7"}, {id: "obj"}, {id: "obj", sample: 2, one: true}, {id: "obj", one: true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("selections %+v, want %+v", got, want)
 	}
 	bad := writeLines(t, t.TempDir(), "ids", "ok", `{"no": "id"}`)
 	if _, err := readIDs(bad); err == nil || !strings.Contains(err.Error(), ":2:") {
 		t.Fatalf("error %v, want one naming line 2", err)
 	}
+	bad = writeLines(t, t.TempDir(), "ids", "ok", "fine", `{"id": "x", "sample": -1}`)
+	if _, err := readIDs(bad); err == nil || !strings.Contains(err.Error(), ":3:") || !strings.Contains(err.Error(), "sample") {
+		t.Fatalf("error %v, want one naming line 3 and its sample", err)
+	}
 }
 
-func TestOutputIDs(t *testing.T) {
+// An output file's units: a line without "sample" (written before
+// samples existed) is sample 0, and a sample after the id counts.
+func TestOutputUnits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ids, found, err := outputIDs(dir + "/none.jsonl")
-	if err != nil || found || len(ids) != 0 {
-		t.Fatalf("missing file: %v, %v, %v", ids, found, err)
+	keys, found, err := outputUnits(dir + "/none.jsonl")
+	if err != nil || found || len(keys) != 0 {
+		t.Fatalf("missing file: %v, %v, %v", keys, found, err)
 	}
-	path := writeLines(t, dir, "out.jsonl", `{"id": "a"}`, `{"id": "b", "content": "x"}`)
+	path := writeLines(t, dir, "out.jsonl", `{"id": "a"}`, `{"id": "b", "content": "x"}`,
+		`{"id": "b", "sample": 1, "content": "x"}`, `{"id": "c", "sample": 0}`)
 	appendTo(t, path, `{"id": "torn", "con`)
-	ids, found, err = outputIDs(path)
-	if err != nil || !found || len(ids) != 2 || !ids.has("a") || !ids.has("b") {
-		t.Fatalf("ids %v, %v, %v", ids, found, err)
+	keys, found, err = outputUnits(path)
+	want := []schema.Unit{{ID: "a"}, {ID: "b"}, {ID: "b", Sample: 1}, {ID: "c"}}
+	if err != nil || !found || len(keys) != len(want) {
+		t.Fatalf("units %q, %v, %v", keys, found, err)
+	}
+	for _, u := range want {
+		if !keys.has(u.Key()) {
+			t.Errorf("%+v missing from %q", u, keys)
+		}
+	}
+	bad := writeLines(t, dir, "bad.jsonl", `{"id": "a", "sample": "one"}`)
+	if _, _, err := outputUnits(bad); err == nil || !strings.Contains(err.Error(), "bad.jsonl:1:") {
+		t.Errorf("error %v, want one naming bad.jsonl:1", err)
 	}
 }

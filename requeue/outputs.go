@@ -6,9 +6,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
-// idSet is a set of prompt ids.
+// idSet is a set of strings: prompt ids, unit keys (schema.Unit.Key) or
+// subject tokens.
 type idSet map[string]struct{}
 
 func (s idSet) has(id string) bool {
@@ -16,12 +19,14 @@ func (s idSet) has(id string) bool {
 	return ok
 }
 
-// outputIDs reads the ids of an aggregator output file (completions.jsonl
-// or failed.jsonl), decoding nothing but the "id" of each line. A file
-// that does not exist has no ids (found is false): the aggregator has not
-// written to it yet. A last line with no newline is a write the aggregator
-// was interrupted in; like the aggregator, this ignores it.
-func outputIDs(path string) (ids idSet, found bool, err error) {
+// outputUnits reads the units of an aggregator output file
+// (completions.jsonl or failed.jsonl) as their keys (schema.Unit.Key),
+// decoding nothing but the "id" and "sample" of each line; a line without
+// a sample is sample 0, as the aggregator reads it. A file that does not
+// exist has no units (found is false): the aggregator has not written to
+// it yet. A last line with no newline is a write the aggregator was
+// interrupted in; like the aggregator, this ignores it.
+func outputUnits(path string) (keys idSet, found bool, err error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return idSet{}, false, nil
@@ -30,26 +35,26 @@ func outputIDs(path string) (ids idSet, found bool, err error) {
 		return nil, false, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	ids = idSet{}
+	keys = idSet{}
 	lr := newLineReader(f)
 	for {
 		data, ended, tooLong, err := lr.next()
 		if errors.Is(err, io.EOF) {
-			return ids, true, nil
+			return keys, true, nil
 		}
 		if err != nil {
 			return nil, true, fmt.Errorf("read %s after line %d: %w", path, lr.line, err)
 		}
 		if !ended {
-			return ids, true, nil
+			return keys, true, nil
 		}
 		if tooLong {
 			return nil, true, fmt.Errorf("%s:%d: line longer than %d MiB: this is not an aerie output file; check --data-dir", path, lr.line, maxLineBytes>>20)
 		}
-		id, err := lineID(data)
+		id, sample, _, err := lineUnit(data)
 		if err != nil {
 			return nil, true, fmt.Errorf("%s:%d: not an aerie output line (%v): check --data-dir, or repair or remove that line", path, lr.line, err)
 		}
-		ids[id] = struct{}{}
+		keys[schema.Unit{ID: id, Sample: sample}.Key()] = struct{}{}
 	}
 }

@@ -45,8 +45,9 @@ func (c ReconcileConfig) Validate() error {
 	return c.Options.Validate()
 }
 
-// ReconcileReport counts where every prompt of the input stands, and
-// what was (or with DryRun would be) requeued.
+// ReconcileReport counts where every unit of the input stands (each
+// prompt times the run's samples), and what was (or with DryRun would
+// be) requeued.
 type ReconcileReport struct {
 	Run         string
 	PromptsFile string
@@ -56,51 +57,61 @@ type ReconcileReport struct {
 	// repeated id), which are ignored. InvalidLines describes the first.
 	Lines, Input, Invalid int
 	InvalidLines          []string
-	// Total is the prompt count of the run's manifest, for comparison
-	// with Input.
+	// Samples is the run's sample count (1 without --samples), and Units
+	// the units of the input: Input times Samples.
+	Samples, Units int
+	// Total is the unit count of the run's manifest (prompts times
+	// samples), for comparison with Units.
 	Total int
 	// CompletionsFile and FailedFile are the output files read; a file
 	// that does not exist yet counts as empty and is listed in
 	// MissingFiles.
 	CompletionsFile, FailedFile string
 	MissingFiles                []string
-	// Completed and Failed count prompts with a line in completions.jsonl
+	// Completed and Failed count units with a line in completions.jsonl
 	// or failed.jsonl.
 	Completed, Failed int
-	// AwaitingResult and AwaitingDeadLetter count prompts in neither file
+	// AwaitingResult and AwaitingDeadLetter count units in neither file
 	// whose answer or dead letter is stored: they wait for the aggregator.
 	AwaitingResult, AwaitingDeadLetter int
-	// InFlight and Queued count prompts a worker holds or will get (see
+	// InFlight and Queued count units a worker holds or will get (see
 	// Classify).
 	InFlight, Queued int
-	// RequeuedMissing counts prompts requeued because the prompts stream
+	// RequeuedMissing counts units requeued because the prompts stream
 	// held no message for them; RequeuedSettled those whose message was
 	// settled with no answer or dead letter left anywhere.
 	RequeuedMissing, RequeuedSettled int
-	// FirstRequeued are the first ids requeued.
-	FirstRequeued []string
+	// FirstRequeued are the first units requeued.
+	FirstRequeued []schema.Unit
 }
 
-// AwaitingAggregation counts prompts whose outcome is stored and not yet
+// AwaitingAggregation counts units whose outcome is stored and not yet
 // written by the aggregator.
 func (r *ReconcileReport) AwaitingAggregation() int { return r.AwaitingResult + r.AwaitingDeadLetter }
 
-// Requeued counts prompts requeued (or that would be).
+// Requeued counts units requeued (or that would be).
 func (r *ReconcileReport) Requeued() int { return r.RequeuedMissing + r.RequeuedSettled }
 
-// Reconcile compares a run's input with its output and puts back to work
-// every valid prompt that is in neither completions.jsonl nor
-// failed.jsonl, has no answer or dead letter waiting for the aggregator,
-// and is neither queued nor in flight. That makes the run complete even
-// when the broker lost prompts (a store lost on a host) or lost an answer
-// after the prompt was acknowledged.
+// Reconcile compares a run's input with its output, unit by unit: each
+// valid prompt of the input times the run's samples (the manifest's
+// SampleCount). It puts back to work every unit that is in neither
+// completions.jsonl nor failed.jsonl, has no answer or dead letter
+// waiting for the aggregator, and is neither queued nor in flight. That
+// makes the run complete even when the broker lost prompts (a store lost
+// on a host) or lost an answer after the prompt was acknowledged.
+//
+// A unit is requeued as it was queued: its prompt message is read back
+// from the prompts stream when it is there (settled), or else from
+// another sample of the same prompt; only a unit with neither is rebuilt
+// from its input line, with the line's id and messages (see
+// producer.ParseLine) and the run's parameters.
 //
 // The output files are read first, then the state of the workers'
-// consumer, then which prompts have an answer or a dead letter stored,
-// then the message of each prompt still unaccounted for, in that order: a
-// prompt settled after the consumer was read is seen as in flight, never
+// consumer, then which units have an answer or a dead letter stored,
+// then the message of each unit still unaccounted for, in that order: a
+// unit settled after the consumer was read is seen as in flight, never
 // as settled without output. The report is returned whenever the input
-// could be opened, errors included. Reconcile stops at the first prompt
+// could be opened, errors included. Reconcile stops at the first unit
 // it cannot requeue, and when ctx ends; running it again continues.
 func Reconcile(ctx context.Context, js jetstream.JetStream, cfg ReconcileConfig) (*ReconcileReport, error) {
 	if err := cfg.Validate(); err != nil {
@@ -127,7 +138,7 @@ func Reconcile(ctx context.Context, js jetstream.JetStream, cfg ReconcileConfig)
 	if err != nil {
 		return nil, err
 	}
-	rep.Total = r.Manifest().Total
+	rep.Total, rep.Samples = r.Manifest().Total, r.Manifest().SampleCount()
 	rc := &reconciler{r: r, cfg: cfg, rep: rep, completed: completed, failed: failed,
 		seen: make(map[string]int), source: filepath.Base(cfg.PromptsFile)}
 	if rc.workers, err = r.Workers(ctx); err != nil {
@@ -143,12 +154,12 @@ func Reconcile(ctx context.Context, js jetstream.JetStream, cfg ReconcileConfig)
 }
 
 func (rep *ReconcileReport) loadOutput(path string) (idSet, error) {
-	ids, found, err := outputIDs(path)
+	keys, found, err := outputUnits(path)
 	if err != nil {
 		return nil, err
 	}
 	if !found {
 		rep.MissingFiles = append(rep.MissingFiles, path)
 	}
-	return ids, nil
+	return keys, nil
 }

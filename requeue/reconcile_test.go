@@ -91,7 +91,7 @@ func TestReconcile(t *testing.T) {
 		if got != want {
 			t.Fatalf("lines, input, invalid, completed, failed, awaiting result, awaiting dead letter, in flight, queued, requeued missing, requeued settled:\n%v, want\n%v", got, want)
 		}
-		sameIDs(t, "requeued", rep.FirstRequeued, "acked-lost", "lost")
+		sameIDs(t, "requeued", unitIDs(rep.FirstRequeued), "acked-lost", "lost")
 		out := rep.String()
 		for _, w := range []string{
 			"input: 8 prompts in " + b.input + " (11 lines, 2 invalid and ignored)",
@@ -199,7 +199,7 @@ func TestReconcileManyPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Input != n || rep.Queued != n-3 || rep.RequeuedMissing != 3 || strings.Join(rep.FirstRequeued, ",") != strings.Join(lost, ",") {
+	if rep.Input != n || rep.Queued != n-3 || rep.RequeuedMissing != 3 || strings.Join(unitIDs(rep.FirstRequeued), ",") != strings.Join(lost, ",") {
 		t.Fatalf("report %+v", rep)
 	}
 	if got := b.states()[0].msgs; got != uint64(n) {

@@ -14,7 +14,7 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// Batching of the prompt look-ups of a reconcile. Prompts that are in no
+// Batching of the prompt look-ups of a reconcile. Units that are in no
 // output file and have nothing stored are looked up on the prompts stream
 // lookupBatch at a time, lookupConcurrency requests at once: on a cluster
 // a round trip takes about a millisecond, and 25,000 of them one after the
@@ -26,17 +26,19 @@ const (
 
 // reconciler walks the input of one Reconcile.
 type reconciler struct {
-	r                 *Requeuer
-	cfg               ReconcileConfig
-	rep               *ReconcileReport
+	r   *Requeuer
+	cfg ReconcileConfig
+	rep *ReconcileReport
+	// completed and failed hold the keys (schema.Unit.Key) of the units
+	// with a line in the output files.
 	completed, failed idSet
 	workers           *jetstream.ConsumerInfo
-	// answered and deadLettered hold the subject tokens of the prompts
+	// answered and deadLettered hold the subject tokens of the units
 	// with an answer or a dead letter stored.
 	answered, deadLettered idSet
 	seen                   map[string]int // subject token of each valid id -> its line
 	source                 string
-	batch                  []*schema.Prompt // prompts to look up
+	batch                  []*schema.Prompt // units to look up, each as its input line gives it
 }
 
 func (rc *reconciler) run(ctx context.Context, lr *lineReader) error {
@@ -71,34 +73,39 @@ func (rc *reconciler) run(ctx context.Context, lr *lineReader) error {
 		}
 		rc.seen[token] = lr.line
 		rc.rep.Input++
-		switch {
-		case rc.completed.has(id):
-			rc.rep.Completed++
-		case rc.failed.has(id):
-			rc.rep.Failed++
-		case rc.answered.has(token):
-			rc.rep.AwaitingResult++
-		case rc.deadLettered.has(token):
-			rc.rep.AwaitingDeadLetter++
-		default:
-			rc.batch = append(rc.batch, &schema.Prompt{
-				Run: rc.cfg.Run, ID: id, Messages: msgs, Source: fmt.Sprintf("%s:%d", rc.source, lr.line),
-			})
-			if len(rc.batch) >= lookupBatch {
-				if err := rc.flush(ctx); err != nil {
-					return err
+		for sample := range rc.rep.Samples {
+			u := schema.Unit{ID: id, Sample: sample}
+			rc.rep.Units++
+			switch {
+			case rc.completed.has(u.Key()):
+				rc.rep.Completed++
+			case rc.failed.has(u.Key()):
+				rc.rep.Failed++
+			case rc.answered.has(u.Token()):
+				rc.rep.AwaitingResult++
+			case rc.deadLettered.has(u.Token()):
+				rc.rep.AwaitingDeadLetter++
+			default:
+				rc.batch = append(rc.batch, &schema.Prompt{
+					Run: rc.cfg.Run, ID: id, Sample: sample, Messages: msgs, Source: fmt.Sprintf("%s:%d", rc.source, lr.line),
+				})
+				if len(rc.batch) >= lookupBatch {
+					if err := rc.flush(ctx); err != nil {
+						return err
+					}
 				}
 			}
 		}
 	}
 }
 
-// flush looks up the state of the batched prompts, then settles each in
+// flush looks up the state of the batched units, then settles each in
 // input order.
 func (rc *reconciler) flush(ctx context.Context) error {
 	batch := rc.batch
 	rc.batch = rc.batch[:0]
 	states := make([]State, len(batch))
+	stored := make([]*jetstream.RawStreamMsg, len(batch))
 	errs := make([]error, len(batch))
 	slots := make(chan struct{}, lookupConcurrency)
 	var wg sync.WaitGroup
@@ -106,28 +113,30 @@ func (rc *reconciler) flush(ctx context.Context) error {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			states[i], errs[i] = rc.r.PromptState(ctx, p.ID, rc.workers)
+			states[i], stored[i], errs[i] = rc.r.promptState(ctx, p.Unit(), rc.workers)
 		})
 	}
 	wg.Wait()
 	for i, p := range batch {
 		err := errs[i]
 		if err == nil {
-			err = rc.settle(ctx, p, states[i])
+			err = rc.settle(ctx, p, states[i], stored[i])
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return interrupted(ctx.Err())
 			}
-			return fmt.Errorf("reconcile stopped at prompt %q (%s): %w; what was requeued stays requeued: run reconcile again to continue", p.ID, p.Source, err)
+			return fmt.Errorf("reconcile stopped at %s (%s): %w; what was requeued stays requeued: run reconcile again to continue", unitName(p.Unit()), p.Source, err)
 		}
 	}
 	return nil
 }
 
-// settle decides about a prompt in no output file and with nothing
-// stored: the one place where such a prompt is counted or requeued.
-func (rc *reconciler) settle(ctx context.Context, p *schema.Prompt, state State) error {
+// settle decides about a unit in no output file and with nothing stored:
+// the one place where such a unit is counted or requeued. p is the unit
+// as its input line gives it; stored, its message on the prompts stream
+// (nil when Missing).
+func (rc *reconciler) settle(ctx context.Context, p *schema.Prompt, state State, stored *jetstream.RawStreamMsg) error {
 	rep := rc.rep
 	switch state {
 	case Queued:
@@ -138,7 +147,11 @@ func (rc *reconciler) settle(ctx context.Context, p *schema.Prompt, state State)
 		return nil
 	}
 	if !rc.cfg.DryRun {
-		outcome, err := rc.r.Requeue(ctx, p)
+		q, err := rc.asQueued(ctx, p, stored)
+		if err != nil {
+			return err
+		}
+		outcome, err := rc.r.Requeue(ctx, q)
 		if err != nil {
 			return err
 		}
@@ -153,9 +166,60 @@ func (rc *reconciler) settle(ctx context.Context, p *schema.Prompt, state State)
 		rep.RequeuedSettled++
 	}
 	if len(rep.FirstRequeued) < MaxListed {
-		rep.FirstRequeued = append(rep.FirstRequeued, p.ID)
+		rep.FirstRequeued = append(rep.FirstRequeued, p.Unit())
 	}
 	return nil
+}
+
+// asQueued returns the unit of p as it was queued, to queue it again the
+// same: the prompt message stored for it (stored), or, when that is gone
+// or unreadable, the one stored for another sample of the prompt, with
+// p's sample. The producer may have queued more than the input line's id
+// and messages (the line's own parameters, for one), which only the
+// stored message keeps. With neither, it is p, rebuilt from its line.
+func (rc *reconciler) asQueued(ctx context.Context, p *schema.Prompt, stored *jetstream.RawStreamMsg) (*schema.Prompt, error) {
+	if q := decodeStored(stored, p.Unit()); q != nil {
+		return keepInput(q, p), nil // as queued last, max_tokens of a replay included
+	}
+	for sample := range rc.rep.Samples {
+		if sample == p.Sample {
+			continue
+		}
+		u := schema.Unit{ID: p.ID, Sample: sample}
+		m, err := rc.r.last(ctx, rc.r.prompts, schema.PromptSubject(rc.cfg.Run, u))
+		if err != nil {
+			return nil, err
+		}
+		if q := decodeStored(m, u); q != nil {
+			q.Sample = p.Sample
+			q.MaxTokens = 0 // a replay's budget for that sample, not this one's
+			return keepInput(q, p), nil
+		}
+	}
+	return p, nil
+}
+
+// decodeStored decodes m as the prompt of unit u; nil when m is nil or is
+// not that.
+func decodeStored(m *jetstream.RawStreamMsg, u schema.Unit) *schema.Prompt {
+	if m == nil || schema.CheckSchemaHeader(schema.KindPrompt, m.Header.Get(schema.HeaderSchema)) != nil {
+		return nil
+	}
+	q, err := schema.DecodePrompt(m.Data)
+	if err != nil || q.Unit() != u || len(q.Messages) == 0 {
+		return nil
+	}
+	return q
+}
+
+// keepInput gives a prompt read back from the stream the run of p, and
+// its input position when it has none.
+func keepInput(q, p *schema.Prompt) *schema.Prompt {
+	q.Run = p.Run
+	if q.Source == "" {
+		q.Source = p.Source
+	}
+	return q
 }
 
 func (rc *reconciler) invalid(line int, reason string) {

@@ -31,8 +31,10 @@ type ReplayConfig struct {
 	Reasons []string
 	// IDsFile, if set, selects the dead letters of the prompt ids it
 	// lists, one per line: plain text, a JSON string, or a JSON object with
-	// "id" (failed.jsonl, or lines taken from it, will do). With Reasons
-	// too, a dead letter must match both.
+	// "id" (failed.jsonl, or lines taken from it, will do). An id selects
+	// every sample of the prompt; an object with a "sample" too (as
+	// failed.jsonl's lines have) only that one. With Reasons too, a dead
+	// letter must match both.
 	IDsFile string
 	// DryRun reports what would be replayed and changes nothing.
 	DryRun bool
@@ -69,62 +71,65 @@ type ReplayReport struct {
 	// NotSelected counts the dead letters left out by the reasons or ids
 	// chosen.
 	NotSelected int
-	// Replayed counts the prompts queued again (or that would be), by
-	// reason class.
+	// Replayed counts the units (prompt and sample) queued again (or that
+	// would be), by reason class.
 	Replayed map[string]int
-	// Resumed counts, among those replayed, prompts that an interrupted
+	// Resumed counts, among those replayed, units that an interrupted
 	// replay had already queued again: only their dead letters were left
 	// to remove.
 	Resumed int
-	// Completed counts selected dead letters whose prompt has an answer
-	// in the results stream: it is done, so it is skipped.
+	// Completed counts selected dead letters whose unit has an answer in
+	// the results stream: it is done, so it is skipped.
 	Completed int
 	// Unreplayable counts selected dead letters that hold no prompt to
 	// send (poison: the prompt message could not be decoded); Problems
 	// names them.
 	Unreplayable int
-	// FirstIDs are the first ids replayed (or that would be).
-	FirstIDs []string
-	// IDsNotFound are the first ids of the ids file that have no dead
-	// letter in the run, NumIDsNotFound how many there are in all.
+	// FirstUnits are the first units replayed (or that would be).
+	FirstUnits []schema.Unit
+	// IDsNotFound name the first selections of the ids file (an id, or an
+	// id and a sample) that have no dead letter in the run, NumIDsNotFound
+	// how many there are in all.
 	IDsNotFound    []string
 	NumIDsNotFound int
 	// Problems describe the first unreadable or unreplayable dead letters.
 	Problems []string
 }
 
-// NumReplayed is the number of prompts replayed (or that would be).
+// NumReplayed is the number of units replayed (or that would be).
 func (r *ReplayReport) NumReplayed() int { return sum(r.Replayed) }
 
-// Replay puts the selected dead letters of a run back to work: for each,
-// unless its prompt already has an answer, it rebuilds the prompt from the
-// dead letter and calls Requeue. Dead letters are read without consuming
-// them (see eachDeadLetter). The report is returned whenever the run
-// could be read, errors included.
+// Replay puts the selected dead letters of a run back to work, each on
+// its own: a dead letter is one unit (prompt and sample). For each,
+// unless the unit already has an answer, it rebuilds the prompt from the
+// dead letter, with its sample and its own parameters, and calls
+// Requeue; the other samples of the prompt are left alone. Dead letters
+// are read without consuming them (see eachDeadLetter). The report is
+// returned whenever the run could be read, errors included.
 //
-// Replay stops at the first prompt it cannot requeue (Requeue has already
+// Replay stops at the first unit it cannot requeue (Requeue has already
 // retried what could be retried): what was replayed stays replayed, and
 // running Replay again continues with the rest. It stops, between two
-// prompts, when ctx ends.
+// units, when ctx ends.
 func Replay(ctx context.Context, js jetstream.JetStream, cfg ReplayConfig) (*ReplayReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var wanted map[string]bool // id -> found among the dead letters
-	var order []string
+	var wanted map[string]bool // selection key -> found among the dead letters
+	var order []selection
 	if cfg.IDsFile != "" {
-		ids, err := readIDs(cfg.IDsFile)
+		sels, err := readIDs(cfg.IDsFile)
 		if err != nil {
 			return nil, err
 		}
-		if len(ids) == 0 {
+		if len(sels) == 0 {
 			return nil, fmt.Errorf("ids file %s lists no id: give one prompt id per line, or leave out the ids file to select by reason alone", cfg.IDsFile)
 		}
-		wanted = make(map[string]bool, len(ids))
-		for _, id := range ids {
-			wanted[id] = false
+		wanted = make(map[string]bool, len(sels))
+		for _, sel := range sels {
+			wanted[sel.key()] = false
 		}
-		order = ids
+		order = sels
 	}
 	r, err := New(ctx, js, cfg.Run, cfg.Options)
 	if err != nil {
@@ -140,11 +145,11 @@ func Replay(ctx context.Context, js jetstream.JetStream, cfg ReplayConfig) (*Rep
 		}
 		return rep, err
 	}
-	for _, id := range order {
-		if !wanted[id] {
+	for _, sel := range order {
+		if !wanted[sel.key()] {
 			rep.NumIDsNotFound++
 			if len(rep.IDsNotFound) < MaxListed {
-				rep.IDsNotFound = append(rep.IDsNotFound, id)
+				rep.IDsNotFound = append(rep.IDsNotFound, sel.String())
 			}
 		}
 	}
@@ -160,11 +165,15 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 		return nil
 	}
 	d := s.letter
+	u := d.Unit()
 	rep.Read[d.Reason]++
-	if _, ok := wanted[d.ID]; ok {
-		wanted[d.ID] = true
+	matched := false
+	for _, sel := range []selection{{id: d.ID}, {id: d.ID, sample: d.Sample, one: true}} {
+		if _, ok := wanted[sel.key()]; ok {
+			wanted[sel.key()], matched = true, true
+		}
 	}
-	if (len(cfg.Reasons) > 0 && !slices.Contains(cfg.Reasons, d.Reason)) || (wanted != nil && !wanted[d.ID]) {
+	if (len(cfg.Reasons) > 0 && !slices.Contains(cfg.Reasons, d.Reason)) || (wanted != nil && !matched) {
 		rep.NotSelected++
 		return nil
 	}
@@ -173,9 +182,9 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 		rep.problem(fmt.Sprintf("%s (id %q, reason %s): holds no prompt to send again: the prompt message could not be decoded; its raw bytes are in the dead letter's body", s.subject, d.ID, d.Reason))
 		return nil
 	}
-	answer, err := r.resultOf(ctx, d.ID)
+	answer, err := r.resultOf(ctx, u)
 	if err != nil {
-		return fmt.Errorf("replay stopped at prompt %q: %w; what was replayed stays replayed: run the replay again to continue", d.ID, err)
+		return fmt.Errorf("replay stopped at %s: %w; what was replayed stays replayed: run the replay again to continue", unitName(u), err)
 	}
 	if answer == readableResult {
 		rep.Completed++
@@ -186,25 +195,25 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 			// The prompt's answer was stored but cannot be read (its dead
 			// letter says poison): it must go, or the new answer could not
 			// be stored on its subject.
-			if err := r.dropResult(ctx, d.ID); err != nil {
-				return fmt.Errorf("replay stopped at prompt %q: %w; what was replayed stays replayed: run the replay again to continue", d.ID, err)
+			if err := r.dropResult(ctx, u); err != nil {
+				return fmt.Errorf("replay stopped at %s: %w; what was replayed stays replayed: run the replay again to continue", unitName(u), err)
 			}
 		}
-		p := &schema.Prompt{Run: r.run, ID: d.ID, Messages: d.Messages, MaxTokens: cfg.MaxTokens}
+		p := &schema.Prompt{Run: r.run, ID: d.ID, Sample: d.Sample, Messages: d.Messages, Params: d.Params, MaxTokens: cfg.MaxTokens}
 		outcome, err := r.Requeue(ctx, p)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 				return err
 			}
-			return fmt.Errorf("replay stopped at prompt %q: %w; what was replayed stays replayed: run the replay again to continue", d.ID, err)
+			return fmt.Errorf("replay stopped at %s: %w; what was replayed stays replayed: run the replay again to continue", unitName(u), err)
 		}
 		if outcome == AlreadyQueued {
 			rep.Resumed++
 		}
 	}
 	rep.Replayed[d.Reason]++
-	if len(rep.FirstIDs) < MaxListed {
-		rep.FirstIDs = append(rep.FirstIDs, d.ID)
+	if len(rep.FirstUnits) < MaxListed {
+		rep.FirstUnits = append(rep.FirstUnits, u)
 	}
 	return nil
 }

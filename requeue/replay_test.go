@@ -54,7 +54,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	if !maps.Equal(rep.Read, wantRead) || !maps.Equal(rep.Replayed, wantReplayed) || rep.Completed != 1 || rep.Unreplayable != 1 || rep.NotSelected != 0 {
 		t.Fatalf("report %+v", rep)
 	}
-	sameIDs(t, "would replay", rep.FirstIDs, "perm-1", "perm-2", "exh-1")
+	sameIDs(t, "would replay", unitIDs(rep.FirstUnits), "perm-1", "perm-2", "exh-1")
 	out := rep.String()
 	for _, want := range []string{
 		"run r: 5 dead letters (permanent 3, poison 1, retries-exhausted 1)",

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // String is the replay report as printed at the end of `aerie replay`.
@@ -34,11 +36,11 @@ func (r *ReplayReport) String() string {
 	if r.Resumed > 0 {
 		fmt.Fprintf(&b, "%d of them had been queued by an interrupted replay; only their dead letters were removed\n", r.Resumed)
 	}
-	if len(r.FirstIDs) > 0 {
-		fmt.Fprintf(&b, "first ids: %s\n", listIDs(r.FirstIDs, r.NumReplayed()))
+	if len(r.FirstUnits) > 0 {
+		fmt.Fprintf(&b, "first ids: %s\n", listUnits(r.FirstUnits, r.NumReplayed()))
 	}
 	if r.NumIDsNotFound > 0 {
-		fmt.Fprintf(&b, "%d ids of the ids file have no dead letter in run %s: %s\n", r.NumIDsNotFound, r.Run, listIDs(r.IDsNotFound, r.NumIDsNotFound))
+		fmt.Fprintf(&b, "%d ids of the ids file have no dead letter in run %s: %s\n", r.NumIDsNotFound, r.Run, listNames(r.IDsNotFound, r.NumIDsNotFound))
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "  %s\n", p)
@@ -55,7 +57,11 @@ func (r *ReplayReport) String() string {
 // reconcile`.
 func (r *ReconcileReport) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "input: %d prompts in %s (%d lines, %d invalid and ignored)\n", r.Input, r.PromptsFile, r.Lines, r.Invalid)
+	fmt.Fprintf(&b, "input: %d prompts in %s (%d lines, %d invalid and ignored)", r.Input, r.PromptsFile, r.Lines, r.Invalid)
+	if r.Samples > 1 {
+		fmt.Fprintf(&b, ", %d samples each: %d units", r.Samples, r.Units)
+	}
+	fmt.Fprintln(&b)
 	verb := "requeued"
 	if r.DryRun {
 		verb = "would requeue"
@@ -63,7 +69,7 @@ func (r *ReconcileReport) String() string {
 	fmt.Fprintf(&b, "completed %d, failed %d, awaiting aggregation %d, in flight %d, queued %d, %s %d (%d missing from the stream, %d settled without output)\n",
 		r.Completed, r.Failed, r.AwaitingAggregation(), r.InFlight, r.Queued, verb, r.Requeued(), r.RequeuedMissing, r.RequeuedSettled)
 	if len(r.FirstRequeued) > 0 {
-		fmt.Fprintf(&b, "first ids: %s\n", listIDs(r.FirstRequeued, r.Requeued()))
+		fmt.Fprintf(&b, "first ids: %s\n", listUnits(r.FirstRequeued, r.Requeued()))
 	}
 	if r.AwaitingAggregation() > 0 {
 		fmt.Fprintf(&b, "note: %d answers and %d dead letters are stored but not yet written to the output: is `aerie aggregate --run %s` running?\n", r.AwaitingResult, r.AwaitingDeadLetter, r.Run)
@@ -71,8 +77,12 @@ func (r *ReconcileReport) String() string {
 	for _, f := range r.MissingFiles {
 		fmt.Fprintf(&b, "note: %s does not exist yet (counted as empty): check --data-dir if the aggregator has written output\n", f)
 	}
-	if r.Total > 0 && r.Input != r.Total {
-		fmt.Fprintf(&b, "note: the input has %d valid prompts, the manifest of run %s counts %d: is this the file the run was produced from?\n", r.Input, r.Run, r.Total)
+	if r.Total > 0 && r.Units != r.Total {
+		if r.Samples > 1 {
+			fmt.Fprintf(&b, "note: the input has %d valid prompts, %d units with %d samples each; the manifest of run %s counts %d: is this the file the run was produced from?\n", r.Input, r.Units, r.Samples, r.Run, r.Total)
+		} else {
+			fmt.Fprintf(&b, "note: the input has %d valid prompts, the manifest of run %s counts %d: is this the file the run was produced from?\n", r.Input, r.Run, r.Total)
+		}
 	}
 	for _, l := range r.InvalidLines {
 		fmt.Fprintf(&b, "  invalid: %s\n", l)
@@ -101,14 +111,19 @@ func byReason(counts map[string]int, unreadable int) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// listIDs quotes ids and says how many more there are.
-func listIDs(ids []string, total int) string {
-	q := make([]string, len(ids))
-	for i, id := range ids {
-		q[i] = fmt.Sprintf("%q", truncate(id, 60))
+// listUnits names units (see unitName) and says how many more there are.
+func listUnits(units []schema.Unit, total int) string {
+	names := make([]string, len(units))
+	for i, u := range units {
+		names[i] = unitName(u)
 	}
-	s := strings.Join(q, ", ")
-	if more := total - len(ids); more > 0 {
+	return listNames(names, total)
+}
+
+// listNames joins names and says how many more there are.
+func listNames(names []string, total int) string {
+	s := strings.Join(names, ", ")
+	if more := total - len(names); more > 0 {
 		s += fmt.Sprintf(" and %d more", more)
 	}
 	return s

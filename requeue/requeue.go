@@ -38,7 +38,8 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// Requeue puts one prompt of run back to work and removes its dead letter.
+// Requeue puts one unit of run (p's id and sample) back to work and
+// removes its dead letter.
 // It is a shorthand for New followed by Requeuer.Requeue; to requeue many
 // prompts, make one Requeuer and call its Requeue for each.
 func Requeue(ctx context.Context, js jetstream.JetStream, run string, p *schema.Prompt, opts Options) error {
@@ -50,10 +51,16 @@ func Requeue(ctx context.Context, js jetstream.JetStream, run string, p *schema.
 	return err
 }
 
-// Requeue puts p back to work on the run's consumer in the three steps
-// described in the package documentation. p needs the prompt's id and
-// messages; its Run, if set, must be the Requeuer's run. p is not
-// modified. When p has no Source, the stored copy's is kept.
+// Requeue puts p's unit (its id and sample) back to work on the run's
+// consumer in the three steps described in the package documentation, on
+// the unit's own subject: the other samples of the prompt are not
+// touched. p needs the prompt's id and messages; its Sample and Params
+// are queued as they are, so that the unit is generated as before; its
+// Run, if set, must be the Requeuer's run. p is not modified. When p has
+// no Source, or no Params, the stored copy's are kept. The unit's
+// failure count is reset. With --turns all, the turns of the unit
+// already stored (schema.TurnsStream) stay: the worker that gets the
+// unit continues after them.
 //
 // Requeue does not ask whether the prompt is being worked on: a prompt
 // delivered and not yet settled is replaced, and the worker holding it
@@ -78,11 +85,12 @@ func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	}
 	q := *p
 	q.Run = r.run
-	old, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, schema.Unit{ID: q.ID}))
+	u := q.Unit()
+	old, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, u))
 	if err != nil {
 		return 0, err
 	}
-	dead, err := r.last(ctx, r.dead, schema.DeadSubject(r.run, schema.Unit{ID: q.ID}))
+	dead, err := r.last(ctx, r.dead, schema.DeadSubject(r.run, u))
 	if err != nil {
 		return 0, err
 	}
@@ -93,11 +101,11 @@ func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	}
 	outcome := AlreadyQueued
 	if !queued {
-		if err := r.resetAttempts(ctx, q.ID); err != nil {
+		if err := r.resetAttempts(ctx, u); err != nil {
 			return 0, err
 		}
 		if old != nil {
-			keepSource(&q, old)
+			keepStored(&q, old)
 			if err := r.purge(ctx, r.prompts, old); err != nil {
 				return 0, err
 			}
@@ -108,7 +116,7 @@ func (r *Requeuer) Requeue(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	}
 	if dead != nil {
 		if err := r.purge(ctx, r.dead, dead); err != nil {
-			return outcome, fmt.Errorf("prompt %q is queued again, but its dead letter stays: %w; run the replay again to remove it", q.ID, err)
+			return outcome, fmt.Errorf("%s is queued again, but its dead letter stays: %w; run the replay again to remove it", unitName(u), err)
 		}
 	}
 	return outcome, nil
@@ -120,6 +128,8 @@ func (r *Requeuer) check(p *schema.Prompt) error {
 		return errors.New("requeue: no prompt given")
 	case p.ID == "":
 		return errors.New("requeue: the prompt has no id: its subject cannot be found")
+	case p.Sample < 0:
+		return fmt.Errorf("requeue: prompt %q has sample %d: samples count from 0", p.ID, p.Sample)
 	case len(p.Messages) == 0:
 		return fmt.Errorf("requeue: prompt %q has no messages: there is nothing to send; produce it again from its input line", p.ID)
 	case p.Run != "" && p.Run != r.run:
@@ -139,7 +149,7 @@ func (r *Requeuer) queuedCopy(ctx context.Context, p *schema.Prompt, old, dead *
 	if old == nil || dead == nil {
 		return false, nil
 	}
-	if old.Header.Get(schema.HeaderMsgID) == schema.MsgID(r.run, schema.Unit{ID: p.ID}) || !old.Time.After(dead.Time) {
+	if old.Header.Get(schema.HeaderMsgID) == schema.MsgID(r.run, p.Unit()) || !old.Time.After(dead.Time) {
 		return false, nil
 	}
 	workers, err := r.Workers(ctx)
@@ -151,14 +161,23 @@ func (r *Requeuer) queuedCopy(ctx context.Context, p *schema.Prompt, old, dead *
 	return Classify(old.Sequence, workers) != Settled, nil
 }
 
-// keepSource copies the input position of the stored prompt into p when p
-// has none, so that error reports still name the input line.
-func keepSource(p *schema.Prompt, old *jetstream.RawStreamMsg) {
-	if p.Source != "" || schema.CheckSchemaHeader(schema.KindPrompt, old.Header.Get(schema.HeaderSchema)) != nil {
+// keepStored copies into p what the stored prompt of its unit has and p
+// lacks: the input position, so that error reports still name the input
+// line, and the prompt's own parameters (a dead letter written before
+// they were kept in it has none).
+func keepStored(p *schema.Prompt, old *jetstream.RawStreamMsg) {
+	if (p.Source != "" && p.Params != nil) || schema.CheckSchemaHeader(schema.KindPrompt, old.Header.Get(schema.HeaderSchema)) != nil {
 		return
 	}
-	if stored, err := schema.DecodePrompt(old.Data); err == nil && stored.ID == p.ID {
+	stored, err := schema.DecodePrompt(old.Data)
+	if err != nil || stored.Unit() != p.Unit() {
+		return
+	}
+	if p.Source == "" {
 		p.Source = stored.Source
+	}
+	if p.Params == nil {
+		p.Params = stored.Params
 	}
 }
 
@@ -178,10 +197,13 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	if err != nil {
 		return 0, fmt.Errorf("requeue prompt %q: %w", p.ID, err)
 	}
-	m := nats.NewMsg(schema.PromptSubject(r.run, schema.Unit{ID: p.ID}))
+	m := nats.NewMsg(schema.PromptSubject(r.run, p.Unit()))
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, requeueMsgID(r.run, p.ID, time.Now()))
+	m.Header.Set(schema.HeaderMsgID, requeueMsgID(r.run, p.Unit(), time.Now()))
 	m.Header.Set(schema.HeaderPromptID, p.ID)
+	if p.Sample != 0 {
+		m.Header.Set(schema.HeaderSample, strconv.Itoa(p.Sample))
+	}
 	m.Header.Set(schema.HeaderRun, r.run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
@@ -203,27 +225,27 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	return outcome, nil
 }
 
-// requeueMsgID is the Nats-Msg-Id of a prompt queued again: the
-// producer's id for the prompt, then "/r" and the time in nanoseconds.
+// requeueMsgID is the Nats-Msg-Id of a unit queued again: the
+// producer's id for the unit, then "/r" and the time in nanoseconds.
 // It differs from every earlier copy's, so the de-duplication window
 // (which remembers ids, not subjects) does not drop the new copy.
-func requeueMsgID(run, id string, now time.Time) string {
-	return schema.MsgID(run, schema.Unit{ID: id}) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
+func requeueMsgID(run string, u schema.Unit, now time.Time) string {
+	return schema.MsgID(run, u) + "/r" + strconv.FormatInt(now.UnixNano(), 10)
 }
 
-// resetAttempts forgets the failures counted against a prompt, so that a
-// replayed prompt gets the run's whole max_attempts again rather than
+// resetAttempts forgets the failures counted against a unit, so that a
+// replayed unit gets the run's whole max_attempts again rather than
 // being dead-lettered at its first new failure.
-func (r *Requeuer) resetAttempts(ctx context.Context, id string) error {
+func (r *Requeuer) resetAttempts(ctx context.Context, u schema.Unit) error {
 	kv, err := r.js.KeyValue(ctx, schema.AttemptsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil // no failure was ever counted
 	}
 	if err != nil {
-		return fmt.Errorf("requeue %q: open %s: %w", id, schema.AttemptsBucket, err)
+		return fmt.Errorf("requeue %s: open %s: %w", unitName(u), schema.AttemptsBucket, err)
 	}
-	if err := kv.Purge(ctx, schema.AttemptsKey(r.run, schema.Unit{ID: id})); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("requeue %q: reset its failure count: %w", id, err)
+	if err := kv.Purge(ctx, schema.AttemptsKey(r.run, u)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("requeue %s: reset its failure count: %w", unitName(u), err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// Requeuer puts the prompts of one run back to work. It looks up the
+// Requeuer puts the units (prompt and sample) of one run back to work. It looks up the
 // streams and the run manifest once, so one Requeuer serves a whole replay
 // or reconcile. It may be used by several goroutines at once.
 type Requeuer struct {
@@ -120,9 +120,9 @@ func (r *Requeuer) last(ctx context.Context, s jetstream.Stream, subject string)
 }
 
 // HasResult reports whether the results stream holds an answer to the
-// prompt: then it is done, or waits only for the aggregator.
-func (r *Requeuer) HasResult(ctx context.Context, id string) (bool, error) {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
+// unit: then it is done, or waits only for the aggregator.
+func (r *Requeuer) HasResult(ctx context.Context, u schema.Unit) (bool, error) {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, u))
 	return m != nil, err
 }
 
@@ -137,9 +137,9 @@ const (
 	unreadableResult
 )
 
-// resultOf tells what the results stream holds for prompt id.
-func (r *Requeuer) resultOf(ctx context.Context, id string) (resultKind, error) {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
+// resultOf tells what the results stream holds for unit u.
+func (r *Requeuer) resultOf(ctx context.Context, u schema.Unit) (resultKind, error) {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, u))
 	switch {
 	case err != nil:
 		return noResult, err
@@ -155,9 +155,9 @@ func (r *Requeuer) resultOf(ctx context.Context, id string) (resultKind, error) 
 	return readableResult, nil
 }
 
-// dropResult removes the result stored for prompt id.
-func (r *Requeuer) dropResult(ctx context.Context, id string) error {
-	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, schema.Unit{ID: id}))
+// dropResult removes the result stored for unit u.
+func (r *Requeuer) dropResult(ctx context.Context, u schema.Unit) error {
+	m, err := r.last(ctx, r.results, schema.ResultSubject(r.run, u))
 	if err != nil || m == nil {
 		return err
 	}
@@ -170,7 +170,7 @@ const listTimeout = 2 * time.Minute
 
 // storedTokens returns the subject tokens of the run's messages on s,
 // whose subjects are <root>.<run>.<token>: one listing of the subjects
-// instead of a look-up per prompt.
+// instead of a look-up per unit.
 func (r *Requeuer) storedTokens(ctx context.Context, s jetstream.Stream, root string) (idSet, error) {
 	filter := schema.RunFilter(root, r.run)
 	var subjects map[string]uint64

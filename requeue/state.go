@@ -8,7 +8,7 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// State is where a prompt's message stands with the run's workers.
+// State is where a unit's prompt message stands with the run's workers.
 type State int
 
 const (
@@ -74,14 +74,21 @@ func Classify(seq uint64, workers *jetstream.ConsumerInfo) State {
 	return InFlight
 }
 
-// PromptState classifies the message of prompt id with Classify. workers
-// must have been read (with Workers) before this call, so that a message
-// delivered and settled after the read is seen as InFlight or Queued,
-// never the reverse.
-func (r *Requeuer) PromptState(ctx context.Context, id string, workers *jetstream.ConsumerInfo) (State, error) {
-	m, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, schema.Unit{ID: id}))
+// PromptState classifies the prompt message of unit u with Classify.
+// workers must have been read (with Workers) before this call, so that a
+// message delivered and settled after the read is seen as InFlight or
+// Queued, never the reverse.
+func (r *Requeuer) PromptState(ctx context.Context, u schema.Unit, workers *jetstream.ConsumerInfo) (State, error) {
+	s, _, err := r.promptState(ctx, u, workers)
+	return s, err
+}
+
+// promptState is PromptState that also returns the stored message, nil
+// when Missing.
+func (r *Requeuer) promptState(ctx context.Context, u schema.Unit, workers *jetstream.ConsumerInfo) (State, *jetstream.RawStreamMsg, error) {
+	m, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, u))
 	if err != nil || m == nil {
-		return Missing, err
+		return Missing, nil, err
 	}
-	return Classify(m.Sequence, workers), nil
+	return Classify(m.Sequence, workers), m, nil
 }

@@ -60,7 +60,7 @@ func TestPromptStateFollowsTheConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 		for id, w := range want {
-			s, err := r.PromptState(b.ctx, id, workers)
+			s, err := r.PromptState(b.ctx, schema.Unit{ID: id}, workers)
 			if err != nil || s != w {
 				t.Errorf("%s: %v, %v; want %v", id, s, err, w)
 			}

@@ -19,7 +19,8 @@ import (
 type Summary struct {
 	Run   string `json:"run"`
 	Model string `json:"model"`
-	// Total is the number of prompts in the manifest.
+	// Total is the manifest's Total: the output lines the run expects,
+	// prompts times samples.
 	Total     int       `json:"total"`
 	CreatedAt time.Time `json:"created_at"`
 	// Producer is the host that produced the run.

@@ -120,7 +120,8 @@ func (r *Removal) Alive() []string {
 }
 
 // streamFilters are the subject filters of a run in each of aerie's
-// streams.
+// streams. A stream the server does not have (AERIE_TURNS before any run
+// used --turns all, say) is left out by Plan.
 func streamFilters(run string) []StreamMessages {
 	return []StreamMessages{
 		{Stream: schema.PromptsStream, Filter: schema.RunFilter(schema.PromptsRoot, run)},
@@ -128,6 +129,7 @@ func streamFilters(run string) []StreamMessages {
 		{Stream: schema.DeadStream, Filter: schema.RunFilter(schema.DeadRoot, run)},
 		{Stream: schema.EventsStream, Filter: schema.RunFilter(schema.EventsRoot, run)},
 		{Stream: schema.AdvisoriesStream, Filter: schema.MaxDeliveriesSubject(run)},
+		{Stream: schema.TurnsStream, Filter: schema.RunFilter(schema.TurnsRoot, run)},
 	}
 }
 

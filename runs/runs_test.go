@@ -29,11 +29,13 @@ func testContext(t *testing.T) context.Context {
 type shape struct {
 	prompts, results, dead, attempts int
 	completed, failed                int
+	// turns stored of a conversation regenerated turn by turn
+	turns int
 }
 
 var shapes = map[string]shape{
-	"a":   {prompts: 5, results: 3, dead: 1, attempts: 2, completed: 3, failed: 1},
-	"a-b": {prompts: 7, results: 2, dead: 2, attempts: 3, completed: 2, failed: 2},
+	"a":   {prompts: 5, results: 3, dead: 1, attempts: 2, completed: 3, failed: 1, turns: 2},
+	"a-b": {prompts: 7, results: 2, dead: 2, attempts: 3, completed: 2, failed: 2, turns: 3},
 }
 
 // queueRun gives run what a run has after some work: a manifest,
@@ -77,6 +79,9 @@ func queueRun(t *testing.T, js jetstream.JetStream, run string, s shape) {
 			t.Fatal(err)
 		}
 	}
+	for i := range s.turns {
+		publish(schema.TurnSubject(run, schema.Unit{ID: prompts[len(prompts)-1].ID, Sample: 1}, i), []byte("turn"))
+	}
 	publish(schema.MaxDeliveriesSubject(run), []byte(`{"type":"io.nats.jetstream.advisory.v1.max_deliver"}`))
 	hb, _ := json.Marshal(schema.Heartbeat{Run: run, Worker: "w-" + run, Time: time.Now()})
 	publish(schema.HeartbeatSubject(run, "w-"+run), hb)
@@ -114,9 +119,13 @@ func snap(t *testing.T, js jetstream.JetStream, run string) snapshot {
 		schema.DeadStream:       schema.RunFilter(schema.DeadRoot, run),
 		schema.EventsStream:     schema.RunFilter(schema.EventsRoot, run),
 		schema.AdvisoriesStream: schema.MaxDeliveriesSubject(run),
+		schema.TurnsStream:      schema.RunFilter(schema.TurnsRoot, run),
 	}
 	for stream, filter := range filters {
 		st, err := js.Stream(ctx, stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) && stream == schema.TurnsStream {
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,6 +174,7 @@ func want(run string) snapshot {
 		Messages: map[string]uint64{
 			schema.PromptsStream: uint64(s.prompts), schema.ResultsStream: uint64(s.results),
 			schema.DeadStream: uint64(s.dead), schema.EventsStream: 2, schema.AdvisoriesStream: 1,
+			schema.TurnsStream: uint64(s.turns),
 		},
 		Consumers: []string{
 			schema.AdvisoriesStream + "/" + schema.AdvisoriesConsumer(run),
@@ -269,7 +279,7 @@ func TestPlanCountsAndChangesNothing(t *testing.T) {
 			t.Errorf("plan counts %d messages on %s in %s, want %d", m.Count, m.Filter, m.Stream, w.Messages[m.Stream])
 		}
 	}
-	if len(r.Messages) != 5 || len(r.Consumers) != 4 || r.Manifest == nil || r.Manifest.Model != "model-a" {
+	if len(r.Messages) != 6 || len(r.Consumers) != 4 || r.Manifest == nil || r.Manifest.Model != "model-a" {
 		t.Errorf("plan = %+v", r)
 	}
 	keys := map[string]uint64{}
@@ -286,7 +296,7 @@ func TestPlanCountsAndChangesNothing(t *testing.T) {
 	if err := runs.WritePlan(&out, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"5 messages", "aerie.prompts.a.>", "workers-a", "2 keys", "a.*"} {
+	for _, want := range []string{"5 messages", "aerie.prompts.a.>", "workers-a", "2 keys", "a.*", "aerie.turns.a.>"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan does not show %q:\n%s", want, out.String())
 		}
@@ -423,5 +433,28 @@ func TestPlanOfAnUnknownRunIsEmpty(t *testing.T) {
 	}
 	if _, err := runs.Plan(testContext(t), js, "a.b", runs.Options{}); err == nil {
 		t.Fatal("a run name with a dot was accepted")
+	}
+}
+
+// A server provisioned before stored turns existed has no AERIE_TURNS:
+// Plan leaves it out and Remove removes the rest.
+func TestRemoveWithoutTurnsStream(t *testing.T) {
+	defer runs.SetHeartbeatWindow(0)()
+	js := world(t)
+	ctx := testContext(t)
+	if err := js.DeleteStream(ctx, schema.TurnsStream); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runs.Remove(ctx, js, "a", runs.RemoveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range r.Messages {
+		if m.Stream == schema.TurnsStream {
+			t.Errorf("removal lists %s, which does not exist", m.Stream)
+		}
+	}
+	if len(r.Messages) != 5 {
+		t.Errorf("removal lists %d streams, want 5: %+v", len(r.Messages), r.Messages)
 	}
 }

@@ -14,6 +14,14 @@
 // fitted lognormal tail, gives the mean answer length long before the
 // long answers finish, and the ETA is the remaining tokens over the token
 // rate plus the time the last, partly empty batch takes to drain.
+//
+// The unit of work is the request: one generated turn. A run regenerating
+// every assistant turn (--turns all) writes one line per conversation,
+// but a five-turn conversation is five requests, each as long as a
+// one-turn answer; counting lines would weigh it as one. So lengths,
+// rates and the ETA count requests (Config.Requests), while the counts of
+// lines (completed, failed, truncated) and the end of the run stay in
+// lines (Config.Total).
 package throughput
 
 import (
@@ -53,9 +61,18 @@ const minExact = 10
 type Config struct {
 	// Run is copied into every snapshot.
 	Run string
-	// Total is the number of prompts in the run. Zero or less means an
-	// empty run, which is done from the start.
+	// Total is the number of output lines the run expects (prompts times
+	// samples). Zero or less means an empty run, which is done from the
+	// start.
 	Total int
+	// Requests is the number of requests (turns) the run makes when every
+	// turn succeeds: the unit of work of the ETA. Zero or less means
+	// Total: one request per line, as with --turns last.
+	Requests int
+	// ReportTurns fills Throughput.TotalTurns and CompletedTurns in
+	// snapshots; it is set for runs with --turns all, where turns and
+	// lines differ. It changes nothing else.
+	ReportTurns bool
 	// Window is the span of RequestsPerSec and TokensPerSec. Zero or less
 	// means DefaultWindow (one minute).
 	Window time.Duration
@@ -73,7 +90,41 @@ func (c Config) withDefaults() Config {
 		c.StaleAfter = DefaultStaleAfter
 	}
 	c.Total = max(c.Total, 0)
+	if c.Requests <= 0 {
+		c.Requests = c.Total
+	}
 	return c
+}
+
+// Request is one generated turn of a written line: one request to the
+// backend.
+type Request struct {
+	// CompletionTokens is the length of the turn's answer, reasoning
+	// included.
+	CompletionTokens int
+	// Truncated is set when the answer stopped at max_tokens
+	// (finish_reason "length"): its true length is unknown, at least this.
+	Truncated bool
+}
+
+// Answer is one line written to completions.jsonl as the estimator counts
+// it: the requests it took, and the turns planned for it that will never
+// be generated.
+type Answer struct {
+	// Requests are the line's generated turns in order; the last one is
+	// the line's own answer and decides whether the line counts as
+	// truncated. Empty counts the line with no request.
+	Requests []Request
+	// Skipped counts the turns of the conversation after a kept truncated
+	// turn, which ended it: they will never run, so for the ETA they are
+	// done. Zero with --turns last.
+	Skipped int
+}
+
+// Single is the answer of a line that took one request, as every line
+// does with --turns last.
+func Single(completionTokens int, truncated bool) Answer {
+	return Answer{Requests: []Request{{CompletionTokens: completionTokens, Truncated: truncated}}}
 }
 
 // Estimator turns completions and heartbeats into throughput snapshots.
@@ -86,15 +137,25 @@ type Estimator struct {
 	cfg   Config
 	start time.Time
 
-	completed, failed, truncated int // including restored
-	localCompleted, localFailed  int // in this process only
+	// Lines of the output files, restored ones included.
+	completed, failed, truncated int
+	// Requests: written ones (restored included), those of this process,
+	// and those accounted for without being written: turns a kept
+	// truncated turn left ungenerated (skipped) and the turns of failed
+	// lines.
+	requests, localRequests int
+	skipped, failedRequests int
+	localFailed             int // lines failed in this process
+	// longestLine is the most tokens a written line took, all its turns
+	// together.
+	longestLine int64
 
-	lengths   histogram  // every written answer, truncated ones included
-	exact     logMoments // written answers that were not truncated
-	truncLens histogram  // truncated answers, censored at their length
-	limit     int64      // longest truncated answer: the max_tokens limit
-	longest   int64      // longest written answer
-	sumTokens float64    // of every written answer, for the plain mean
+	lengths   histogram  // every written request, truncated ones included
+	exact     logMoments // written requests that were not truncated
+	truncLens histogram  // truncated requests, censored at their length
+	limit     int64      // longest truncated request: the max_tokens limit
+	longest   int64      // longest written request
+	sumTokens float64    // of every written request, for the plain mean
 
 	completions completionCounter
 	workers     map[string]*worker
@@ -118,60 +179,79 @@ func New(cfg Config, start time.Time) *Estimator {
 	}
 }
 
-// Restore counts an answer written before this process started. It counts
+// Restore counts a line written before this process started. It counts
 // in Completed and in the length estimates, not in rates.
-func (e *Estimator) Restore(completionTokens int, truncated bool) {
+func (e *Estimator) Restore(a Answer) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.addAnswer(completionTokens, truncated)
+	e.addAnswer(a)
 }
 
-// RestoreFailed counts a failure recorded before this process started.
-func (e *Estimator) RestoreFailed() {
+// RestoreFailed counts a failure recorded before this process started:
+// one line, accounting for requests turns of the run (see Failed).
+func (e *Estimator) RestoreFailed(requests int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.failed++
+	e.failedRequests += max(requests, 0)
 }
 
-// Completed counts an answer written at at.
-func (e *Estimator) Completed(at time.Time, completionTokens int, truncated bool) {
+// Completed counts a line written at at: each of its requests counts in
+// the rates as finished then.
+func (e *Estimator) Completed(at time.Time, a Answer) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.addAnswer(completionTokens, truncated)
-	e.localCompleted++
-	e.completions.add(at)
+	e.addAnswer(a)
+	e.localRequests += len(a.Requests)
+	for range a.Requests {
+		e.completions.add(at)
+	}
 }
 
-// Failed counts a prompt given up on at at.
-func (e *Estimator) Failed(at time.Time) {
+// Failed counts a line given up on at at. requests is how many of the
+// run's requests it accounts for: 1 with --turns last; with --turns all,
+// every turn of the conversation, since those stored before the failure
+// are finished and the others will not run.
+func (e *Estimator) Failed(at time.Time, requests int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.failed++
+	e.failedRequests += max(requests, 0)
 	e.localFailed++
 }
 
-// Reopened takes back a failure: the prompt was queued again (a replay)
-// and is pending, or has completed after all (its Completed call counts
-// the answer).
-func (e *Estimator) Reopened() {
+// Reopened takes back a failure that accounted for requests: the line
+// was queued again (a replay) and is pending, or has completed after all
+// (its Completed call counts the answer).
+func (e *Estimator) Reopened(requests int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.failed = max(e.failed-1, 0)
+	e.failedRequests = max(e.failedRequests-max(requests, 0), 0)
 }
 
-func (e *Estimator) addAnswer(tokens int, truncated bool) {
-	n := clampLength(int64(tokens))
+func (e *Estimator) addAnswer(a Answer) {
 	e.completed++
-	e.lengths.add(n)
-	e.sumTokens += float64(n)
-	e.longest = max(e.longest, n)
-	if truncated {
+	if n := len(a.Requests); n > 0 && a.Requests[n-1].Truncated {
 		e.truncated++
-		e.truncLens.add(n)
-		e.limit = max(e.limit, n)
-	} else {
-		e.exact.add(n)
 	}
+	e.skipped += max(a.Skipped, 0)
+	var lineTokens int64
+	for _, r := range a.Requests {
+		n := clampLength(int64(r.CompletionTokens))
+		e.requests++
+		e.lengths.add(n)
+		e.sumTokens += float64(n)
+		e.longest = max(e.longest, n)
+		lineTokens += n
+		if r.Truncated {
+			e.truncLens.add(n)
+			e.limit = max(e.limit, n)
+		} else {
+			e.exact.add(n)
+		}
+	}
+	e.longestLine = max(e.longestLine, lineTokens)
 }
 
 // Heartbeat records a worker's heartbeat, dated by hb.Time.
@@ -207,15 +287,19 @@ func (e *Estimator) live(now time.Time) []*worker {
 
 // Snapshot returns the state of the run at now.
 //
-// Completed, Failed and Truncated include restored answers. InFlight and
-// Workers come from the latest heartbeats of live workers (heard from
-// within StaleAfter). RequestsPerSec counts this process's completions
-// over the last Window, or since start when that is shorter;
-// RequestsPerSecOverall since start. TokensPerSec sums, over live workers,
+// Completed, Failed and Truncated count lines and include restored ones.
+// InFlight and Workers come from the latest heartbeats of live workers
+// (heard from within StaleAfter). RequestsPerSec counts the requests
+// (turns) of the lines this process wrote over the last Window, or since
+// start when that is shorter; RequestsPerSecOverall since start. With
+// ReportTurns, TotalTurns is Config.Requests and CompletedTurns the
+// requests written, skipped or accounted for by failed lines, plus the
+// turns live workers report finished and stored for conversations they
+// have not finished (Heartbeat.InterimTurns). TokensPerSec sums, over live workers,
 // the increase of each one's streamed-token counter over the last Window
 // of its own heartbeats (a worker gone stale is not streaming any more, so
 // it drops out); TokensPerSecOverall counts every worker's tokens since
-// start. MeanCompletionTokens is the plain mean of written answers;
+// start. MeanCompletionTokens is the plain mean of written requests;
 // EstimatedCompletionTokens the censoring-aware mean (see survival), zero
 // until minExact answers have finished. ETASec is described at eta.
 func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
@@ -229,7 +313,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	live := e.live(now)
 	var (
 		inFlight, windows int
-		decoding          int
+		decoding, interim int
 		censored          []float64
 		window, recent    spanStats
 		rateWindow        float64 // tokens/s, sum of per-worker rates
@@ -241,6 +325,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	for _, w := range live {
 		inFlight += w.inFlight
 		windows += w.window
+		interim += w.interim
 		if n := len(w.samples); n > 0 {
 			decoding += w.samples[n-1].decoding
 		}
@@ -265,15 +350,19 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	}
 	out.RequestsPerSec = e.completions.rate(now)
 	if elapsed > 0 {
-		out.RequestsPerSecOverall = float64(e.localCompleted) / elapsed
+		out.RequestsPerSecOverall = float64(e.localRequests) / elapsed
 		out.TokensPerSecOverall = streamed / elapsed
 	}
 	out.TokensPerSec = rateWindow
-	if e.completed > 0 {
-		out.MeanCompletionTokens = e.sumTokens / float64(e.completed)
+	if e.requests > 0 {
+		out.MeanCompletionTokens = e.sumTokens / float64(e.requests)
+	}
+	doneRequests := min(e.requests+e.skipped+e.failedRequests+interim, e.cfg.Requests)
+	if e.cfg.ReportTurns {
+		out.TotalTurns, out.CompletedTurns = e.cfg.Requests, doneRequests
 	}
 
-	out.Phase = e.phase(inFlight, windows)
+	out.Phase = e.phase(inFlight, windows, interim)
 
 	sv := e.survival(censored)
 	if sv != nil {
@@ -292,16 +381,30 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		longest = max(longest, censored[len(censored)-1])
 	}
 	out.ETASec = eta(etaInput{
-		phase:     out.Phase,
-		remaining: e.cfg.Total - e.completed - e.failed,
-		inFlight:  inFlight,
-		censored:  censored,
-		lengths:   sv,
-		speed:     speed,
-		decoding:  decoding,
-		longest:   longest,
+		phase:       out.Phase,
+		remaining:   e.cfg.Requests - doneRequests,
+		turns:       e.turnsPerLine(doneRequests, interim),
+		queuedLines: e.cfg.Total - e.completed - e.failed - inFlight,
+		longestLine: max(float64(e.longestLine), longest),
+		inFlight:    inFlight,
+		censored:    censored,
+		lengths:     sv,
+		speed:       speed,
+		decoding:    decoding,
+		longest:     longest,
 	})
 	return sanitize(out)
+}
+
+// turnsPerLine is the mean number of turns of the lines not yet
+// finished, counting the turns already done of conversations in flight
+// (interim); 1 when every line is one request.
+func (e *Estimator) turnsPerLine(doneRequests, interim int) float64 {
+	lines := e.cfg.Total - e.completed - e.failed
+	if e.cfg.Requests == e.cfg.Total || lines <= 0 {
+		return 1
+	}
+	return float64(e.cfg.Requests-doneRequests+interim) / float64(lines)
 }
 
 // survival fits the tail and builds the length distribution from the

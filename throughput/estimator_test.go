@@ -25,7 +25,7 @@ func beat(worker string, sec float64, tokens int64, inFlight ...int) schema.Hear
 func TestNoHeartbeatNoETA(t *testing.T) {
 	e := New(Config{Run: "r", Total: 100}, t0)
 	for i := range 30 {
-		e.Completed(at(float64(i)), 1000+10*i, false)
+		e.Completed(at(float64(i)), Single(1000+10*i, false))
 	}
 	s := e.Snapshot(at(30))
 	if s.ETASec != -1 {
@@ -42,9 +42,9 @@ func TestNoHeartbeatNoETA(t *testing.T) {
 func TestDoneETAZero(t *testing.T) {
 	e := New(Config{Run: "r", Total: 3}, t0)
 	e.Heartbeat(beat("w", 1, 100, 50))
-	e.Completed(at(2), 100, false)
-	e.Completed(at(3), 200, true)
-	e.Failed(at(4))
+	e.Completed(at(2), Single(100, false))
+	e.Completed(at(3), Single(200, true))
+	e.Failed(at(4), 1)
 	s := e.Snapshot(at(5))
 	if s.Phase != schema.PhaseDone || s.ETASec != 0 {
 		t.Errorf("phase %s ETA %v, want done and 0", s.Phase, s.ETASec)
@@ -63,11 +63,11 @@ func TestDoneETAZero(t *testing.T) {
 func TestRestore(t *testing.T) {
 	e := New(Config{Run: "r", Total: 10}, t0)
 	for range 5 {
-		e.Restore(100, false)
+		e.Restore(Single(100, false))
 	}
-	e.Restore(400, true)
-	e.RestoreFailed()
-	e.RestoreFailed()
+	e.Restore(Single(400, true))
+	e.RestoreFailed(1)
+	e.RestoreFailed(1)
 	s := e.Snapshot(at(60))
 	if s.Completed != 6 || s.Failed != 2 || s.Truncated != 1 {
 		t.Errorf("counts %d/%d/%d, want 6/2/1", s.Completed, s.Failed, s.Truncated)
@@ -79,7 +79,7 @@ func TestRestore(t *testing.T) {
 	if s.Phase != schema.PhaseWaiting {
 		t.Errorf("phase %s before any work in this process, want waiting", s.Phase)
 	}
-	e.Completed(at(61), 100, false)
+	e.Completed(at(61), Single(100, false))
 	s = e.Snapshot(at(80))
 	if s.Completed != 7 {
 		t.Errorf("completed %d, want 7", s.Completed)
@@ -87,6 +87,53 @@ func TestRestore(t *testing.T) {
 	near(t, "overall rate", s.RequestsPerSecOverall, 1.0/80, 1e-9)
 	if s.Phase != schema.PhaseRampUp { // working in this process, nothing turned over yet
 		t.Errorf("phase %s, want ramp-up", s.Phase)
+	}
+}
+
+// With --turns all the unit of work is the request: lines count in
+// Completed, Failed and Truncated, while every turn counts towards
+// CompletedTurns, the rates and the mean length: the turns of written
+// lines, those a kept truncated turn left ungenerated, those of failed
+// lines, and the finished turns live workers hold.
+func TestTurnsCounted(t *testing.T) {
+	e := New(Config{Run: "r", Total: 4, Requests: 14, ReportTurns: true}, t0)
+	e.Restore(Answer{Requests: []Request{{CompletionTokens: 100}, {CompletionTokens: 300}}})
+	e.RestoreFailed(3)
+	// A five-turn conversation whose third turn was cut and kept: two
+	// turns will never run.
+	e.Completed(at(10), Answer{Skipped: 2, Requests: []Request{
+		{CompletionTokens: 200}, {CompletionTokens: 400}, {CompletionTokens: 1000, Truncated: true},
+	}})
+	hb := beat("w", 11, 5000, 50)
+	hb.InterimTurns = 2
+	e.Heartbeat(hb)
+
+	s := e.Snapshot(at(20))
+	if s.Total != 4 || s.Completed != 2 || s.Failed != 1 || s.Truncated != 1 {
+		t.Errorf("lines: total %d completed %d failed %d truncated %d, want 4/2/1/1", s.Total, s.Completed, s.Failed, s.Truncated)
+	}
+	// 2 + 3 written, 2 skipped, 3 failed, 2 held.
+	if s.TotalTurns != 14 || s.CompletedTurns != 12 {
+		t.Errorf("turns %d of %d, want 12 of 14", s.CompletedTurns, s.TotalTurns)
+	}
+	near(t, "mean request length", s.MeanCompletionTokens, 2000.0/5, 1e-9)
+	near(t, "overall requests/s", s.RequestsPerSecOverall, 3.0/20, 1e-9)
+	if s.Phase != schema.PhaseDraining { // the last line is in flight
+		t.Errorf("phase %s, want draining", s.Phase)
+	}
+
+	// A replay takes the failure back, and its three turns with it.
+	e.Reopened(3)
+	if s := e.Snapshot(at(21)); s.Failed != 0 || s.CompletedTurns != 9 {
+		t.Errorf("after the replay: failed %d, turns %d; want 0 and 9", s.Failed, s.CompletedTurns)
+	}
+
+	// Without ReportTurns (--turns last) the turn counts stay out of the
+	// event.
+	e2 := New(Config{Run: "r", Total: 2}, t0)
+	e2.Completed(at(1), Single(10, false))
+	if s := e2.Snapshot(at(2)); s.TotalTurns != 0 || s.CompletedTurns != 0 {
+		t.Errorf("turns reported with --turns last: %d of %d", s.CompletedTurns, s.TotalTurns)
 	}
 }
 
@@ -163,12 +210,12 @@ func TestRatesEarlyAndLate(t *testing.T) {
 	e := New(Config{Run: "r", Total: 10000}, t0)
 	for sec := 0.0; sec <= 300; sec++ {
 		if sec <= 200 {
-			e.Completed(at(sec+0.5), 1000, false)
+			e.Completed(at(sec+0.5), Single(1000, false))
 		}
 		if sec == 100 {
 			// A clock that jumps a day ahead and back must not spoil the
 			// window for the rest of the run.
-			e.Completed(at(86400), 1000, false)
+			e.Completed(at(86400), Single(1000, false))
 			e.Snapshot(at(86400))
 		}
 		if int(sec)%2 == 0 {
@@ -204,18 +251,18 @@ func TestPhasesByRule(t *testing.T) {
 	e.Heartbeat(beat("w", 1, 0, 0, 0, 0, 0)) // window 4, 4 in flight
 	want(1, schema.PhaseRampUp)
 	for i := range 3 {
-		e.Completed(at(2+float64(i)), 100, false)
+		e.Completed(at(2+float64(i)), Single(100, false))
 	}
 	want(5, schema.PhaseRampUp) // 3 of a window of 4 turned over
-	e.Completed(at(5), 100, false)
+	e.Completed(at(5), Single(100, false))
 	want(6, schema.PhaseSteady)
 	e.Heartbeat(beat("w", 7, 1000, 10, 10, 10, 10)) // 4 done + 4 in flight of 10
 	want(7, schema.PhaseSteady)
-	e.Completed(at(8), 100, false)
-	e.Failed(at(8))
+	e.Completed(at(8), Single(100, false))
+	e.Failed(at(8), 1)
 	want(8, schema.PhaseDraining) // 5 done, 1 failed, 4 in flight
 	for range 4 {
-		e.Completed(at(9), 100, false)
+		e.Completed(at(9), Single(100, false))
 	}
 	want(9, schema.PhaseDone)
 }
@@ -224,17 +271,17 @@ func TestOddInputs(t *testing.T) {
 	e := New(Config{Run: "r", Total: -5, Window: -1, StaleAfter: -1}, t0)
 	e2 := New(Config{Run: "r", Total: 50}, t0)
 	for _, e := range []*Estimator{e, e2} {
-		e.Completed(at(-100), -50, false)       // before start, negative length
-		e.Completed(at(1e6), math.MaxInt, true) // far future, huge
-		e.Failed(time.Time{})
-		e.Restore(-1, true)
+		e.Completed(at(-100), Single(-50, false))       // before start, negative length
+		e.Completed(at(1e6), Single(math.MaxInt, true)) // far future, huge
+		e.Failed(time.Time{}, 1)
+		e.Restore(Single(-1, true))
 		e.Heartbeat(schema.Heartbeat{Worker: "", Time: at(5), TokensStreamed: -10, InFlight: -3, Window: -2, InFlightTokens: []int{-5, 0, math.MaxInt}})
 		e.Heartbeat(schema.Heartbeat{Worker: "", Time: at(3), TokensStreamed: 1 << 62}) // older: ignored
 		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(6), InFlight: 5})            // no per-request detail
 		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(6)})                         // same time: ignored
 		e.Heartbeat(schema.Heartbeat{Worker: "x", Time: at(8), TokensStreamed: 1 << 62, InFlight: 5})
 		for i := range 20 {
-			e.Completed(at(float64(10-i)), i*1000, i%3 == 0) // time going backwards
+			e.Completed(at(float64(10-i)), Single(i*1000, i%3 == 0)) // time going backwards
 		}
 		for _, sec := range []float64{-10, 0, 7, 4, 1e9, 9} { // and snapshots too
 			s := e.Snapshot(at(sec))
@@ -265,11 +312,11 @@ func TestConcurrentUse(t *testing.T) {
 				sec := float64(i)
 				switch g {
 				case 0:
-					e.Completed(at(sec), 500+i, false)
+					e.Completed(at(sec), Single(500+i, false))
 				case 1:
 					e.Heartbeat(beat("w", sec, int64(i*100), i%50, i%70))
 				case 2:
-					e.Failed(at(sec))
+					e.Failed(at(sec), 1)
 				default:
 					e.Snapshot(at(sec))
 				}
@@ -289,7 +336,7 @@ func TestRampUpUsesRecentSpeed(t *testing.T) {
 	run := func(fastStart bool) float64 {
 		e := New(Config{Run: "r", Total: 1000}, t0)
 		for i := range 12 {
-			e.Completed(at(float64(10+4*i)), 100+50*i, false)
+			e.Completed(at(float64(10+4*i)), Single(100+50*i, false))
 		}
 		var tokens int64
 		for sec := 0.0; sec <= 60; sec += 2 {

@@ -4,33 +4,34 @@ import "github.com/aerie-dev/aerie/schema"
 
 // phase names where the run is, from counts at the time of a snapshot.
 //
-//   - done: every prompt is completed or failed (an empty run is done from
+//   - done: every line is completed or failed (an empty run is done from
 //     the start);
-//   - draining: completed, failed and in-flight prompts cover the run, so
+//   - draining: completed, failed and in-flight lines cover the run, so
 //     nothing is left to hand out and the batch empties;
 //   - waiting: nothing in flight and nothing finished in this process;
 //   - ramp-up, until the first wave has turned over: this process has
-//     finished (completed or failed) as many prompts as the live workers'
-//     windows hold. Until then every slot is still on its first prompt and
-//     the finished ones are the shortest of that wave, so completion
-//     counts and mean lengths are biased low. Once each slot has, on
-//     average, finished a prompt, the set of finished answers includes
-//     long ones and the completion rate approaches what the backends
-//     sustain;
+//     finished as many requests as the live workers' windows hold
+//     (requests written, lines failed, and the finished turns of
+//     conversations still held, interim). Until then every slot is still
+//     on its first request and the finished ones are the shortest of
+//     that wave, so completion counts and mean lengths are biased low.
+//     Once each slot has, on average, finished a request, the set of
+//     finished answers includes long ones and the completion rate
+//     approaches what the backends sustain;
 //   - steady otherwise.
 //
 // The ramp-up to steady change is latched: a worker that restarts later
 // refills its own window, but the run as a whole does not start over.
 // Draining can return to steady if a worker dies and its prompts go back
 // to be handed out again.
-func (e *Estimator) phase(inFlight, windows int) schema.Phase {
+func (e *Estimator) phase(inFlight, windows, interim int) schema.Phase {
 	finished := e.completed + e.failed
 	if !e.steady {
 		wave := windows
 		if wave <= 0 {
 			wave = inFlight
 		}
-		if wave > 0 && e.localCompleted+e.localFailed >= wave {
+		if wave > 0 && e.localRequests+e.localFailed+interim >= wave {
 			e.steady = true
 		}
 	}
@@ -41,7 +42,7 @@ func (e *Estimator) phase(inFlight, windows int) schema.Phase {
 		return schema.PhaseDraining
 	case e.steady:
 		return schema.PhaseSteady
-	case inFlight == 0 && e.localCompleted == 0 && e.localFailed == 0:
+	case inFlight == 0 && e.localRequests == 0 && e.localFailed == 0:
 		return schema.PhaseWaiting
 	default:
 		return schema.PhaseRampUp

@@ -31,6 +31,8 @@ type worker struct {
 
 	window, inFlight int
 	inFlightTokens   []float64
+	// interim is the worker's latest Heartbeat.InterimTurns: a gauge.
+	interim int
 }
 
 // observe records a heartbeat. Heartbeats older than (or as old as) the
@@ -63,6 +65,7 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	w.lastHeard = hb.Time
 	w.window = max(hb.Window, 0)
 	w.inFlight = max(hb.InFlight, 0)
+	w.interim = max(hb.InterimTurns, 0)
 	w.inFlightTokens = w.inFlightTokens[:0]
 	decoding := 0
 	for i, c := range hb.InFlightTokens {

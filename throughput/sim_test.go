@@ -37,6 +37,15 @@ type simConfig struct {
 	snapshotEvery time.Duration
 	seed          uint64
 	lengths       func(r *rand.Rand) float64 // overrides median and sigma
+	// turns, if set, gives the number of assistant turns of prompt i: a
+	// conversation regenerated turn by turn (--turns all), each turn
+	// prefilled and decoded in turn while the conversation holds its slot.
+	// Nil means one turn each.
+	turns func(i int) int
+	// countConversations feeds the estimator the way it would be fed if
+	// it counted lines: one request per conversation, as long as all its
+	// turns together, and no interim turns. Only meaningful with turns.
+	countConversations bool
 }
 
 func defaultSim() simConfig {
@@ -55,11 +64,14 @@ func defaultSim() simConfig {
 	}
 }
 
-// simRequest is one prompt being generated.
+// simRequest is one prompt being generated: its current turn's request
+// decodes from decodeStart to length tokens.
 type simRequest struct {
 	decodeStart float64 // seconds
 	length      int
 	truncated   bool
+	turn        int       // index of the current turn
+	done        []Request // finished turns
 }
 
 type simWorker struct {
@@ -146,18 +158,30 @@ func simTime(sec float64) time.Time {
 // snapshot at t = 0, every snapshotEvery and at each of extra (seconds).
 func runSim(cfg simConfig, extra ...float64) simResult {
 	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
-	lengths := make([]int, cfg.prompts)
+	lengths := make([][]int, cfg.prompts)
+	requests := 0
 	for i := range lengths {
-		var l float64
-		if cfg.lengths != nil {
-			l = cfg.lengths(rng)
-		} else {
-			l = cfg.median * math.Exp(cfg.sigma*rng.NormFloat64())
+		n := 1
+		if cfg.turns != nil {
+			n = max(cfg.turns(i), 1)
 		}
-		lengths[i] = max(1, int(math.Round(l)))
+		requests += n
+		for range n {
+			var l float64
+			if cfg.lengths != nil {
+				l = cfg.lengths(rng)
+			} else {
+				l = cfg.median * math.Exp(cfg.sigma*rng.NormFloat64())
+			}
+			lengths[i] = append(lengths[i], max(1, int(math.Round(l))))
+		}
 	}
 
-	est := New(Config{Run: "sim", Total: cfg.prompts}, simEpoch)
+	estCfg := Config{Run: "sim", Total: cfg.prompts, Requests: requests, ReportTurns: cfg.turns != nil}
+	if cfg.countConversations {
+		estCfg.Requests, estCfg.ReportTurns = 0, false
+	}
+	est := New(estCfg, simEpoch)
 	workers := make([]*simWorker, cfg.workers)
 	for i := range workers {
 		workers[i] = &simWorker{name: fmt.Sprintf("w%d", i), active: map[int]*simRequest{}}
@@ -174,20 +198,25 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 		seq++
 		heap.Push(&q, simEvent{at: at, worker: w, req: req, seq: seq})
 	}
+	// startTurn prefills and then decodes turn r.turn of prompt id.
+	startTurn := func(w, id int, r *simRequest, now float64) {
+		start := math.Max(now, prefillFree) + cfg.prefill
+		prefillFree = start
+		r.decodeStart, r.length, r.truncated = start, lengths[id][r.turn], false
+		if r.length >= cfg.maxTokens {
+			r.length, r.truncated = cfg.maxTokens, true
+		}
+		push(start+float64(r.length)/cfg.speed, w, id)
+	}
 	submit := func(w int, now float64) {
 		if next >= cfg.prompts {
 			return
 		}
 		id := next
 		next++
-		start := math.Max(now, prefillFree) + cfg.prefill
-		prefillFree = start
-		r := &simRequest{decodeStart: start, length: lengths[id]}
-		if r.length >= cfg.maxTokens {
-			r.length, r.truncated = cfg.maxTokens, true
-		}
+		r := &simRequest{}
 		workers[w].active[id] = r
-		push(start+float64(r.length)/cfg.speed, w, id)
+		startTurn(w, id, r, now)
 	}
 	for range cfg.window {
 		for w := range workers {
@@ -222,6 +251,9 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 				c := min(r.length, int(math.Max(0, ev.at-r.decodeStart)*cfg.speed))
 				streamed += int64(c)
 				h.InFlightTokens = append(h.InFlightTokens, c)
+				if !cfg.countConversations {
+					h.InterimTurns += len(r.done)
+				}
 			}
 			h.TokensStreamed = streamed
 			est.Heartbeat(h)
@@ -231,9 +263,22 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 		default:
 			w := workers[ev.worker]
 			r := w.active[ev.req]
-			delete(w.active, ev.req)
 			w.finished += int64(r.length)
-			est.Completed(simTime(ev.at), r.length, r.truncated)
+			r.done = append(r.done, Request{CompletionTokens: r.length, Truncated: r.truncated})
+			if r.turn++; r.turn < len(lengths[ev.req]) {
+				startTurn(ev.worker, ev.req, r, ev.at)
+				continue
+			}
+			delete(w.active, ev.req)
+			answer := Answer{Requests: r.done}
+			if cfg.countConversations {
+				sum := 0
+				for _, t := range r.done {
+					sum += t.CompletionTokens
+				}
+				answer = Single(sum, r.truncated)
+			}
+			est.Completed(simTime(ev.at), answer)
 			done++
 			res.end = ev.at
 			submit(ev.worker, ev.at)
@@ -381,6 +426,77 @@ func TestSyntheticRunSpread(t *testing.T) {
 				}
 			}
 			t.Log(line)
+		})
+	}
+}
+
+// TestSyntheticTurnsMix plays runs of 2,000 conversations regenerated
+// turn by turn (--turns all), a mix of one- and five-turn ones, and
+// checks the ETA at a tenth, a quarter, half and three quarters of the
+// run's true length: within a factor of 1.5 of the truth when the
+// estimator counts requests (turns) and is told how many the run makes.
+// Fed the way it would be if it counted lines (one request per
+// conversation, as long as its turns together), it is further off than
+// that somewhere in each run: the conversations that finish first are
+// the one-turn ones, and the turns of the conversations still held do
+// not show. Two orders of the input: the two kinds interleaved at
+// random, and the one-turn conversations first (a file of single
+// questions followed by chats).
+func TestSyntheticTurnsMix(t *testing.T) {
+	const conversations = 2000
+	shuffled := make([]int, conversations)
+	pick := rand.New(rand.NewPCG(7, 7))
+	for i := range shuffled {
+		shuffled[i] = 1
+		if pick.IntN(2) == 0 {
+			shuffled[i] = 5
+		}
+	}
+	orders := []struct {
+		name  string
+		turns func(i int) int
+	}{
+		{"interleaved", func(i int) int { return shuffled[i] }},
+		{"one-turn first", func(i int) int {
+			if i < conversations/2 {
+				return 1
+			}
+			return 5
+		}},
+	}
+	for _, o := range orders {
+		t.Run(o.name, func(t *testing.T) {
+			cfg := defaultSim()
+			cfg.prompts = conversations
+			cfg.turns = o.turns
+			cfg.snapshotEvery = 10 * time.Second
+			byTurns := runSim(cfg)
+			cfg.countConversations = true
+			byLines := runSim(cfg)
+			if byTurns.end != byLines.end {
+				t.Fatalf("the two runs differ: they end at %.0f s and %.0f s", byTurns.end, byLines.end)
+			}
+			worstLines := 0.0
+			for _, f := range []float64{0.10, 0.25, 0.50, 0.75} {
+				at := f * byTurns.end
+				turns, lines := byTurns.at(at), byLines.at(at)
+				truth := byTurns.end - turns.t
+				rt, rl := ratio(turns.snap.ETASec, truth), ratio(lines.snap.ETASec, truth)
+				t.Logf("at %3.0f%% (%5.0f s, %s, %d of %d lines, %d of %d turns): true remaining %5.0f s, ETA by turns %5.0f s (%.2f), by lines %5.0f s (%.2f)",
+					f*100, turns.t, turns.snap.Phase, turns.snap.Completed, turns.snap.Total,
+					turns.snap.CompletedTurns, turns.snap.TotalTurns, truth, turns.snap.ETASec, rt, lines.snap.ETASec, rl)
+				if rt < 1/1.5 || rt > 1.5 {
+					t.Errorf("at %.0f%% of the run: ETA by turns %.0f s, true remaining %.0f s", f*100, turns.snap.ETASec, truth)
+				}
+				worstLines = max(worstLines, rl, 1/rl)
+			}
+			if worstLines < 1.5 {
+				t.Errorf("counting lines is never off by more than a factor of 1.5 (worst %.2f): the run does not show what counting turns corrects", worstLines)
+			}
+			end := byTurns.rows[len(byTurns.rows)-1].snap
+			if end.Phase != schema.PhaseDone || end.CompletedTurns != end.TotalTurns || end.ETASec != 0 {
+				t.Errorf("final snapshot: phase %s, turns %d of %d, ETA %v", end.Phase, end.CompletedTurns, end.TotalTurns, end.ETASec)
+			}
 		})
 	}
 }

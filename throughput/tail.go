@@ -129,6 +129,12 @@ func (d lognormal) integral(a, b float64) float64 {
 	return v
 }
 
+// from returns ∫_x^∞ P(L > u) du.
+func (d lognormal) from(x float64) float64 { return d.integral(x, math.Inf(1)) }
+
+// mean returns E[L].
+func (d lognormal) mean() float64 { return d.from(0) }
+
 // farEnd returns the length beyond which the model leaves only
 // P(Z > 6) ≈ 1e-9 of the mass: where numeric integrals can stop.
 func (d lognormal) farEnd() float64 {

@@ -3,6 +3,7 @@ package brokertest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -54,10 +55,13 @@ func Queue(t testing.TB, js jetstream.JetStream, m schema.Manifest, prompts []sc
 		if err != nil {
 			t.Fatal(err)
 		}
-		msg := nats.NewMsg(schema.PromptSubject(m.Run, schema.Unit{ID: p.ID}))
+		msg := nats.NewMsg(schema.PromptSubject(m.Run, p.Unit()))
 		msg.Data = data
-		msg.Header.Set(schema.HeaderMsgID, schema.MsgID(m.Run, schema.Unit{ID: p.ID}))
+		msg.Header.Set(schema.HeaderMsgID, schema.MsgID(m.Run, p.Unit()))
 		msg.Header.Set(schema.HeaderPromptID, p.ID)
+		if p.Sample != 0 {
+			msg.Header.Set(schema.HeaderSample, strconv.Itoa(p.Sample))
+		}
 		msg.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 		if _, err := js.PublishMsg(ctx, msg); err != nil && !provision.IsAlreadyStored(err) {
 			t.Fatal(err)

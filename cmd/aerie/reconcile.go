@@ -15,7 +15,9 @@ that is in neither completions.jsonl nor failed.jsonl, has no answer or
 dead letter waiting for the aggregator, and is neither queued nor with a
 worker. Use it when a run ends short of its prompt count, for instance
 after a broker lost part of its store. Give the file the run was produced
-from; lines that do not parse are listed and ignored.
+from; lines that do not parse are listed and ignored. With --samples,
+each sample of a prompt is counted and requeued on its own, as it was
+queued.
 
 A prompt counts as with a worker (in flight) when it has been delivered
 and the consumer's ack floor has not passed it. A prompt settled while an

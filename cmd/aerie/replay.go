@@ -13,7 +13,10 @@ import (
 const replayHelp = `Puts dead-lettered prompts of a run back to work. Dead letters are read from
 the dead-letter stream without consuming them; each selected one whose
 prompt has no answer yet is published again to the run's prompts, and its
-dead letter removed, so the run's workers deliver it once more. Selected
+dead letter removed, so the run's workers deliver it once more. With
+--samples each sample of a prompt is replayed on its own, with its own
+parameters; with --turns all the turns already stored are kept and the
+conversation continues from the turn that failed. Selected
 dead letters whose prompt already has an answer are skipped: it is done.
 Poison dead letters (the prompt message could not be decoded) hold no
 prompt and are only listed. If replay is interrupted, run it again: it
@@ -33,7 +36,7 @@ func cmdReplay(ctx context.Context, args []string) error {
 	nf := addNATSFlags(fs)
 	run := fs.String("run", "", "run name")
 	reasons := fs.String("reason", "", "replay only dead letters of these reason classes, comma separated: "+strings.Join(requeue.Reasons, ", ")+" (default: every class)")
-	ids := fs.String("ids", "", "replay only the prompt ids listed in `FILE`, one per line: plain text, a JSON string, or a JSON object with \"id\" (failed.jsonl will do)")
+	ids := fs.String("ids", "", "replay only the prompt ids listed in `FILE`, one per line: plain text, a JSON string, or a JSON object with \"id\" (failed.jsonl will do); an object with \"sample\" too selects that sample only")
 	maxTokens := fs.Int("max-tokens", 0, "generate the replayed prompts with this max_tokens instead of the run's (0: the run's), e.g. for truncated answers")
 	dryRun := fs.Bool("dry-run", false, "print what would be replayed (counts by reason, first ids) and change nothing")
 	log, err := parseRunFlags(fs, lf, args, run)
