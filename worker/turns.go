@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/openai"
@@ -44,6 +45,10 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		l.release()
 		stored, err := w.storeTurn(ctx, j, t)
 		if err != nil {
+			var large *tooLargeError
+			if errors.As(err, &large) {
+				j.failed = i + 1
+			}
 			return err
 		}
 		j.turns[i] = stored
@@ -165,6 +170,10 @@ func (w *Worker) storeTurn(ctx context.Context, j *job, t *schema.Turn) (*schema
 	m.Header.Del(schema.HeaderMsgID)
 	m.Header.Set(schema.HeaderTurn, strconv.Itoa(t.Index))
 	ours, err := w.storeOnce(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Asking again gives a turn as large: record why instead.
+		return nil, &tooLargeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
+	}
 	if err != nil {
 		return nil, &storeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
 	}

@@ -2,6 +2,11 @@
 // OpenAI-compatible backend (vLLM beside it on the GPU host) and publishes
 // the answers. Every outcome of a prompt ends in exactly one
 // acknowledgement call, chosen in one switch (outcome.go).
+//
+// A prompt message is one unit of the run: a prompt and a sample. With
+// --turns all its conversation is generated turn by turn (turns.go), each
+// finished turn stored before the next starts, and the message is held,
+// with progress acks, until the whole conversation is settled.
 package worker
 
 import (
@@ -71,7 +76,7 @@ type Worker struct {
 	results, dead, turns jetstream.Stream
 }
 
-// flight is one prompt being processed.
+// flight is one request being generated.
 type flight struct {
 	tokens atomic.Int64
 }
