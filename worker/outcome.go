@@ -136,6 +136,10 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
+		// The stored turns are now part of a result: heartbeats no longer
+		// count them as interim.
+		w.interimTurns.Add(-int64(j.stored))
+		j.stored = 0
 		if aerr := d.ack(ctx); aerr != nil {
 			// The result is stored: a redelivery finds it there and is
 			// acknowledged without being generated again.
