@@ -11,13 +11,14 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// countFailure adds one to the failures of a prompt that count against its
+// countFailure adds one to the failures of a unit that count against its
 // attempts and returns the new count. The count lives in the attempts
 // bucket, not in JetStream's delivery count, because deliveries also count
 // hand-backs during outages and crashed workers, which are not the
 // prompt's fault.
-func (w *Worker) countFailure(ctx context.Context, promptID string) (int, error) {
-	key := schema.AttemptsKey(w.cfg.Run, schema.Unit{ID: promptID})
+func (w *Worker) countFailure(ctx context.Context, u schema.Unit) (int, error) {
+	key := schema.AttemptsKey(w.cfg.Run, u)
+	promptID := u.ID
 	for range 10 {
 		e, err := w.attempts.Get(ctx, key)
 		switch {

@@ -47,8 +47,13 @@ type Config struct {
 	// "<host>-<random>", unique per process, so that a restarted worker
 	// starts a new heartbeat series.
 	Name string
-	// Window is the exact maximum number of prompts delivered to this
-	// worker and not yet acknowledged.
+	// Window is the exact maximum number of requests this worker has
+	// at its backend at once. With --turns last it is also the exact
+	// maximum number of prompts delivered to it and not yet acknowledged.
+	// With --turns all a conversation gives its slot back while it stores
+	// a finished turn and takes one again, before any new prompt, for the
+	// next; it keeps its prompt meanwhile, so up to twice Window prompts
+	// may be held.
 	Window int
 	// Grace is how long in-flight prompts may take to finish once the
 	// worker is asked to stop; the rest are handed back (NAK).

@@ -26,11 +26,13 @@ func (w *Worker) heartbeats(ctx context.Context) {
 }
 
 func (w *Worker) heartbeat() schema.Heartbeat {
+	held, _ := w.win.holding()
 	hb := schema.Heartbeat{
 		Run: w.cfg.Run, Worker: w.cfg.Name, Time: time.Now().UTC(),
-		Window: w.cfg.Window, InFlight: int(w.held.Load()),
+		Window: w.cfg.Window, InFlight: held,
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
+		InterimTurns: int(w.interimTurns.Load()),
 	}
 	w.inFlight.Range(func(_, v any) bool {
 		hb.InFlightTokens = append(hb.InFlightTokens, int(v.(*flight).tokens.Load()))

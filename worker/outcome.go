@@ -28,6 +28,9 @@ const (
 	handBack
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
+	// later: hand the prompt back after a delay without counting: NATS
+	// could not store or look up a turn, which is not the prompt's fault.
+	later
 )
 
 // truncatedError is an answer cut at max_tokens that the run's policy does
@@ -55,7 +58,10 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	}
 	var trunc *truncatedError
 	var large *tooLargeError
+	var store *storeError
 	switch {
+	case errors.As(err, &store):
+		return later, ""
 	case isPoison(err):
 		return deadLetter, schema.ReasonPoison
 	case errors.As(err, &trunc):
@@ -91,25 +97,35 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	return last(retry)
 }
 
-// settle ends one delivery with exactly one acknowledgement call.
-func (w *Worker) settle(ctx context.Context, d *delivery, p *schema.Prompt, a *answer, err error) {
+// settle ends one delivery with exactly one acknowledgement call. j is
+// nil for an undecodable prompt; with no error, j holds its answer.
+func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 	last := w.maxDeliver > 0 && d.attempt >= w.maxDeliver
 	down, _ := w.breaker.isOpen()
 	what, reason := decide(err, last, down)
 	log := w.log.With("subject", d.msg.Subject(), "delivery", d.attempt)
-	if p != nil {
-		log = log.With("id", p.ID)
+	if j != nil {
+		log = log.With("id", j.p.ID)
+		if j.p.Sample > 0 {
+			log = log.With("sample", j.p.Sample)
+		}
+		if j.failed > 0 {
+			log = log.With("turn", j.failed)
+		}
 	}
 	var delay time.Duration
 	if what == retry {
-		what, reason, delay = w.countAgainst(ctx, p, d.attempt, err, log)
+		what, reason, delay = w.countAgainst(ctx, j, d.attempt, err, log)
 	}
 	switch what {
 	case done:
-		if perr := w.publishResult(ctx, d.attempt, p, a); perr != nil {
+		if perr := w.publishResult(ctx, d.attempt, j); perr != nil {
 			if errors.Is(perr, nats.ErrMaxPayload) {
 				// Asking again gives an answer as large: record why instead.
-				w.settle(ctx, d, p, nil, &tooLargeError{perr})
+				if j.all {
+					j.failed = len(j.turns)
+				}
+				w.settle(ctx, d, j, &tooLargeError{perr})
 				return
 			}
 			if ctx.Err() != nil {
@@ -120,10 +136,17 @@ func (w *Worker) settle(ctx context.Context, d *delivery, p *schema.Prompt, a *a
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
+		// The stored turns are now part of a result: heartbeats no longer
+		// count them as interim.
+		w.interimTurns.Add(-int64(j.stored))
+		j.stored = 0
 		if aerr := d.ack(ctx); aerr != nil {
 			// The result is stored: a redelivery finds it there and is
 			// acknowledged without being generated again.
 			log.Warn("ack failed after result was stored", "err", aerr)
+		}
+		if j.all && j.k > 1 {
+			w.purgeTurns(ctx, j.p.Unit())
 		}
 		w.completed.Add(1)
 	case retry:
@@ -134,9 +157,16 @@ func (w *Worker) settle(ctx context.Context, d *delivery, p *schema.Prompt, a *a
 		d.nak(w.cfg.OutageRetry, log)
 	case handBack:
 		d.nak(0, log)
+	case later:
+		if ctx.Err() != nil {
+			d.nak(0, log)
+			return
+		}
+		log.Error("cannot store or read a finished turn; prompt will be continued later", "err", err)
+		d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 	case deadLetter:
 		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
-		if derr := w.publishDeadLetter(ctx, d, p, reason, err); derr != nil {
+		if derr := w.publishDeadLetter(ctx, d, j, reason, err); derr != nil {
 			if errors.Is(derr, errSuperseded) {
 				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
 				d.nak(w.cfg.OutageRetry, log)
@@ -154,8 +184,8 @@ func (w *Worker) settle(ctx context.Context, d *delivery, p *schema.Prompt, a *a
 // countAgainst records a failure that is the prompt's own and either hands
 // the prompt back with a delay growing with its failures, or, when they
 // reach the run's MaxAttempts, says to dead-letter it.
-func (w *Worker) countAgainst(ctx context.Context, p *schema.Prompt, delivery int, err error, log *slog.Logger) (outcome, string, time.Duration) {
-	n, cerr := w.countFailure(context.WithoutCancel(ctx), p.ID)
+func (w *Worker) countAgainst(ctx context.Context, j *job, delivery int, err error, log *slog.Logger) (outcome, string, time.Duration) {
+	n, cerr := w.countFailure(context.WithoutCancel(ctx), j.p.Unit())
 	if cerr != nil {
 		// Without the count, fall back on the delivery count, which can
 		// only overstate the prompt's failures.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -10,8 +11,9 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// process handles one delivered prompt from decode to acknowledgement.
-func (w *Worker) process(ctx context.Context, msg jetstream.Msg) {
+// process handles one delivered prompt from decode to acknowledgement. l
+// holds a window slot on entry.
+func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to acknowledge.
@@ -22,18 +24,104 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg) {
 	defer d.progress.stop()
 	p, err := decodePrompt(msg)
 	if err != nil {
-		w.settle(ctx, d, nil, nil, poison(err))
+		w.settle(ctx, d, nil, poison(err))
 		return
 	}
-	if d.attempt > 1 && w.settledBefore(ctx, d, p) {
+	j := w.newJob(p)
+	defer func() { w.interimTurns.Add(-int64(j.stored)) }()
+	if d.attempt > 1 && w.settledBefore(ctx, d, j) {
 		return
 	}
+	if j.all {
+		err = w.converse(ctx, d, j, l)
+	} else {
+		err = w.answerLast(ctx, d, j)
+	}
+	w.settle(ctx, d, j, err)
+}
 
+// job is one delivered unit (a prompt and sample) being answered.
+type job struct {
+	p *schema.Prompt
+	// params are the parameters it is generated with: the run's,
+	// overridden by the prompt's own, then by a replay's max_tokens, for
+	// its sample.
+	params schema.Params
+	// lengthBase is the max_tokens of the run and the prompt's own
+	// parameters, from which OnLengthRetry's default cap is reckoned.
+	lengthBase int
+	// all is set with --turns all; k is the number of turns (1 otherwise).
+	all bool
+	k   int
+	// turns are the finished turns, from the first: stored ones (found in
+	// the turns stream, or stored by this delivery) then generated ones.
+	turns []*schema.Turn
+	// stored counts the turns of turns that are in the turns stream.
+	stored int
+	// model is the model name the backend gave for the last turn.
+	model string
+	// failed is the turn (from 1) whose failure ended a --turns all
+	// conversation; 0 otherwise.
+	failed int
+}
+
+// newJob works out what p is generated with.
+func (w *Worker) newJob(p *schema.Prompt) *job {
+	params := w.manifest.Params
+	if p.Params != nil {
+		params = params.Override(*p.Params)
+	}
+	base := params.MaxTokens
+	if p.MaxTokens > 0 {
+		params.MaxTokens = p.MaxTokens
+	}
+	j := &job{p: p, params: params.ForSample(p.Sample), lengthBase: base, k: 1}
+	if w.manifest.TurnsMode() == schema.TurnsAll {
+		j.all, j.k = true, schema.TurnSlots(p.Messages)
+	}
+	return j
+}
+
+// answerLast generates the answer to the conversation as given (--turns
+// last): one request.
+func (w *Worker) answerLast(ctx context.Context, d *delivery, j *job) error {
+	msgs := make([]openai.Message, len(j.p.Messages))
+	for i, m := range j.p.Messages {
+		msgs[i] = openai.Message{Role: m.Role, Content: m.Content}
+	}
+	t, err := w.generateTurn(ctx, d, j, 0, msgs)
+	if err != nil {
+		return err
+	}
+	j.turns = append(j.turns, t)
+	return nil
+}
+
+// generateTurn asks the backend for turn i of j, sent msgs, under the
+// run's on-length policy, and returns it as a finished turn.
+func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, msgs []openai.Message) (*schema.Turn, error) {
 	f := &flight{}
 	w.inFlight.Store(d.seq, f)
-	a, err := w.generate(ctx, p, f)
-	w.inFlight.Delete(d.seq)
-	w.settle(ctx, d, p, a, err)
+	defer w.inFlight.Delete(d.seq)
+	a, err := w.generate(ctx, j, w.request(msgs, j.params), f)
+	if err != nil {
+		return nil, err
+	}
+	if a.Model != "" {
+		j.model = a.Model
+	}
+	return &schema.Turn{
+		Run: w.cfg.Run, ID: j.p.ID, Sample: j.p.Sample, Index: i,
+		Answer: schema.Message{
+			Role: "assistant", Content: a.Content, Reasoning: a.Reasoning, FinishReason: a.FinishReason,
+			Usage:          &schema.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens},
+			PromptTokenIDs: a.PromptTokenIDs, TokenIDs: a.TokenIDs,
+		},
+		MaxTokens: a.maxTokens, Worker: w.cfg.Name,
+		TTFTMillis: a.TTFT.Milliseconds(), LatencyMs: a.Latency.Milliseconds(),
+		FinishedAt: time.Now().UTC(),
+		Simulated:  a.SystemFingerprint == schema.SimulatedFingerprint,
+	}, nil
 }
 
 // answer is a completion and the max_tokens it was generated with.
@@ -42,18 +130,19 @@ type answer struct {
 	maxTokens int
 }
 
-// generate asks the backend for p's answer and applies the run's
+// generate asks the backend for an answer to req and applies the run's
 // on-length policy: keep a truncated answer (flagged), turn it into an
 // error, or ask again with twice the max_tokens up to the policy's cap.
-func (w *Worker) generate(ctx context.Context, p *schema.Prompt, f *flight) (*answer, error) {
-	req := w.request(p)
+func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f *flight) (*answer, error) {
 	policy := w.manifest.Policy
 	for {
 		f.tokens.Store(0)
+		w.startGenerating()
 		comp, err := w.backend.ChatStream(ctx, req, func(n int) {
 			f.tokens.Add(int64(n))
 			w.tokens.Add(int64(n))
 		})
+		w.generating.Add(-1)
 		w.breaker.record(err)
 		if err != nil {
 			return nil, err
@@ -66,13 +155,24 @@ func (w *Worker) generate(ctx context.Context, p *schema.Prompt, f *flight) (*an
 		case schema.OnLengthKeep:
 			return a, nil
 		case schema.OnLengthRetry:
-			if next := nextBudget(req.MaxTokens, policy.LengthRetryMaxTokens, w.manifest.Params.MaxTokens); next > req.MaxTokens {
-				w.log.Info("answer truncated; asking again with a larger max_tokens", "id", p.ID, "max_tokens", next)
+			if next := nextBudget(req.MaxTokens, policy.LengthRetryMaxTokens, j.lengthBase); next > req.MaxTokens {
+				w.log.Info("answer truncated; asking again with a larger max_tokens", "id", j.p.ID, "sample", j.p.Sample, "max_tokens", next)
 				req.MaxTokens = next
 				continue
 			}
 		}
 		return nil, &truncatedError{maxTokens: req.MaxTokens, completionTokens: comp.Usage.CompletionTokens}
+	}
+}
+
+// startGenerating counts a request sent to the backend.
+func (w *Worker) startGenerating() {
+	n := w.generating.Add(1)
+	for {
+		m := w.maxGenerating.Load()
+		if n <= m || w.maxGenerating.CompareAndSwap(m, n) {
+			return
+		}
 	}
 }
 
@@ -97,21 +197,25 @@ func decodePrompt(msg jetstream.Msg) (*schema.Prompt, error) {
 	return schema.DecodePrompt(msg.Data())
 }
 
-func (w *Worker) request(p *schema.Prompt) openai.ChatRequest {
-	msgs := make([]openai.Message, len(p.Messages))
-	for i, m := range p.Messages {
-		msgs[i] = openai.Message{Role: m.Role, Content: m.Content}
-	}
-	maxTokens := w.manifest.Params.MaxTokens
-	if p.MaxTokens > 0 {
-		maxTokens = p.MaxTokens
-	}
+// request is the chat request of msgs with params.
+func (w *Worker) request(msgs []openai.Message, params schema.Params) openai.ChatRequest {
 	return openai.ChatRequest{
-		Model:       w.manifest.Model,
-		Messages:    msgs,
-		MaxTokens:   maxTokens,
-		Temperature: w.manifest.Params.Temperature,
-		TopP:        w.manifest.Params.TopP,
+		Model:              w.manifest.Model,
+		Messages:           msgs,
+		MaxTokens:          params.MaxTokens,
+		Temperature:        params.Temperature,
+		TopP:               params.TopP,
+		TopK:               params.TopK,
+		MinP:               params.MinP,
+		PresencePenalty:    params.PresencePenalty,
+		FrequencyPenalty:   params.FrequencyPenalty,
+		RepetitionPenalty:  params.RepetitionPenalty,
+		Seed:               params.Seed,
+		Stop:               params.Stop,
+		ReasoningEffort:    params.ReasoningEffort,
+		ChatTemplateKwargs: params.ChatTemplateKwargs,
+		ExtraBody:          params.ExtraBody,
+		ReturnTokenIDs:     w.manifest.ReturnTokenIDs,
 	}
 }
 

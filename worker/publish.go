@@ -20,32 +20,52 @@ import (
 // time is worth a few more seconds.
 const publishBudget = time.Minute
 
-func (w *Worker) publishResult(ctx context.Context, attempt int, p *schema.Prompt, c *answer) error {
-	params := w.manifest.Params
-	params.MaxTokens = c.maxTokens
-	r := &schema.Result{
-		Run: w.cfg.Run, ID: p.ID, Messages: p.Messages,
-		Model: w.manifest.Model, Params: params,
-		Reasoning: c.Reasoning, Content: c.Content, FinishReason: c.FinishReason,
-		Truncated:    c.FinishReason == "length",
-		PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens,
-		Worker: w.cfg.Name, Attempts: attempt,
-		TTFTMillis: c.TTFT.Milliseconds(), LatencyMs: c.Latency.Milliseconds(),
-		FinishedAt: time.Now().UTC(),
-		Simulated:  c.SystemFingerprint == schema.SimulatedFingerprint,
-	}
-	if c.Model != "" {
-		r.Model = c.Model
-	}
+// publishResult stores the result of j, built from its turns: with
+// --turns all, the last turn's context with every earlier answer in it,
+// the last turn's answer, and usage summed over the turns.
+func (w *Worker) publishResult(ctx context.Context, attempt int, j *job) error {
+	r := w.result(attempt, j)
 	data, err := schema.EncodeResult(r)
 	if err != nil {
 		return err
 	}
-	out := w.message(schema.ResultSubject(w.cfg.Run, schema.Unit{ID: p.ID}), schema.KindResult, p.ID, data)
+	out := w.message(schema.ResultSubject(w.cfg.Run, j.p.Unit()), schema.KindResult, j.p.Unit(), data)
 	return w.store(ctx, out)
 }
 
-func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, p *schema.Prompt, reason string, cause error) error {
+// result is the result of j, whose turns are finished.
+func (w *Worker) result(attempt int, j *job) *schema.Result {
+	last := j.turns[len(j.turns)-1]
+	params := j.params
+	params.MaxTokens = last.MaxTokens
+	r := &schema.Result{
+		Run: w.cfg.Run, ID: j.p.ID, Sample: j.p.Sample, Messages: j.p.Messages,
+		Model: w.manifest.Model, Params: params,
+		Reasoning: last.Answer.Reasoning, Content: last.Answer.Content, FinishReason: last.Answer.FinishReason,
+		Truncated: last.Answer.FinishReason == "length",
+		Worker:    w.cfg.Name, Attempts: attempt,
+		TTFTMillis: last.TTFTMillis, LatencyMs: last.LatencyMs,
+		FinishedAt:     time.Now().UTC(),
+		Turns:          len(j.turns),
+		PromptTokenIDs: last.Answer.PromptTokenIDs, TokenIDs: last.Answer.TokenIDs,
+	}
+	if j.all {
+		r.Messages = turnContext(j.p.Messages, j.turns, len(j.turns)-1)
+	}
+	for _, t := range j.turns {
+		if u := t.Answer.Usage; u != nil {
+			r.PromptTokens += u.PromptTokens
+			r.CompletionTokens += u.CompletionTokens
+		}
+		r.Simulated = r.Simulated || t.Simulated
+	}
+	if j.model != "" {
+		r.Model = j.model
+	}
+	return r
+}
+
+func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, j *job, reason string, cause error) error {
 	dl := &schema.DeadLetter{
 		Run: w.cfg.Run, Reason: reason, Attempts: d.attempt, Worker: w.cfg.Name,
 		Error: cause.Error(), FailedAt: time.Now().UTC(), PromptSeq: d.seq,
@@ -56,8 +76,8 @@ func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, p *schema.P
 		dl.Body = bounded(apiErr.Body, schema.MaxErrorBody)
 	}
 	token := schema.PromptToken(d.msg.Subject())
-	if p != nil {
-		dl.ID, dl.Messages = p.ID, p.Messages
+	if j != nil {
+		dl.ID, dl.Messages, dl.Sample, dl.Params, dl.Turn = j.p.ID, j.p.Messages, j.p.Sample, j.p.Params, j.failed
 	} else {
 		// An undecodable prompt: keep what identifies it, and the subject
 		// token, which is all that is certain.
@@ -68,7 +88,7 @@ func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, p *schema.P
 	if err != nil {
 		return err
 	}
-	out := w.message(schema.DeadRoot+"."+w.cfg.Run+"."+token, schema.KindDeadLetter, dl.ID, data)
+	out := w.message(schema.DeadRoot+"."+w.cfg.Run+"."+token, schema.KindDeadLetter, dl.Unit(), data)
 	out.Header.Set(schema.HeaderReason, reason)
 	out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.seq, 10))
 	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(w.cfg.Run, token, d.seq, uint64(d.attempt)))
@@ -106,12 +126,16 @@ func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, subject string, d *d
 	return errSuperseded
 }
 
-func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
+// message is a message about unit u with aerie's headers.
+func (w *Worker) message(subject, kind string, u schema.Unit, data []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, schema.Unit{ID: id}))
-	if id != "" {
-		m.Header.Set(schema.HeaderPromptID, id)
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, u))
+	if u.ID != "" {
+		m.Header.Set(schema.HeaderPromptID, u.ID)
+	}
+	if u.Sample > 0 {
+		m.Header.Set(schema.HeaderSample, strconv.Itoa(u.Sample))
 	}
 	m.Header.Set(schema.HeaderRun, w.cfg.Run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(kind))
@@ -125,20 +149,32 @@ func (w *Worker) message(subject, kind, id string, data []byte) *nats.Msg {
 // message id. A subject that already holds a message counts as stored: a
 // prompt delivered twice has its first answer kept.
 func (w *Worker) store(ctx context.Context, m *nats.Msg) error {
+	_, err := w.storeOnce(ctx, m)
+	return err
+}
+
+// storeOnce is store, and says whether m is what the subject holds now
+// (ours) or the subject held a message already. A publish of m that was
+// stored but whose acknowledgement was lost counts as not ours: m's
+// subject then holds m or an earlier message, to be read to know which.
+func (w *Worker) storeOnce(ctx context.Context, m *nats.Msg) (ours bool, err error) {
 	deadline := time.Now().Add(publishBudget)
 	for i := 1; ; i++ {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		_, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+		ack, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))
 		cancel()
-		if err == nil || provision.IsAlreadyStored(err) {
-			return nil
+		if err == nil {
+			return !ack.Duplicate, nil
+		}
+		if provision.IsAlreadyStored(err) {
+			return false, nil
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
-			return fmt.Errorf("publish %s: %d bytes is over the server's max_payload (%d bytes): raise max_payload in the NATS server configuration: %w",
+			return false, fmt.Errorf("publish %s: %d bytes is over the server's max_payload (%d bytes): raise max_payload in the NATS server configuration: %w",
 				m.Subject, len(m.Data), w.nc.MaxPayload(), err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("publish %s: gave up after %d attempts: %w", m.Subject, i, err)
+			return false, fmt.Errorf("publish %s: gave up after %d attempts: %w", m.Subject, i, err)
 		}
 		w.log.Warn("publish failed; retrying", "subject", m.Subject, "attempt", i, "err", err)
 		time.Sleep(retryDelay(i, 200*time.Millisecond, 5*time.Second))

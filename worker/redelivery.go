@@ -20,9 +20,16 @@ import (
 // settled. A dead letter of an earlier copy of the prompt (a replay that
 // has not yet removed it) does not settle this one; nor does a failed
 // look-up, which only costs a generation.
-func (w *Worker) settledBefore(ctx context.Context, d *delivery, p *schema.Prompt) bool {
+//
+// With --turns all, a conversation that has no stored outcome continues
+// after its last stored turn (see converse).
+func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
+	p := j.p
 	log := w.log.With("id", p.ID, "delivery", d.attempt)
-	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, schema.Unit{ID: p.ID}))
+	if p.Sample > 0 {
+		log = log.With("sample", p.Sample)
+	}
+	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, p.Unit()))
 	if err != nil {
 		log.Warn("cannot look for an earlier result of a redelivered prompt; generating it", "err", err)
 		return false
@@ -31,11 +38,15 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, p *schema.Promp
 		if err := d.ack(ctx); err != nil {
 			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
 		}
+		if j.all && j.k > 1 {
+			// Its worker may have died before removing them.
+			w.purgeTurns(ctx, p.Unit())
+		}
 		w.alreadySettled.Add(1)
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
 		return true
 	}
-	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, schema.Unit{ID: p.ID}))
+	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, p.Unit()))
 	if err != nil {
 		log.Warn("cannot look for an earlier dead letter of a redelivered prompt; generating it", "err", err)
 		return false

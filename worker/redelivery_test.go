@@ -133,6 +133,7 @@ func TestProgressAcksLastUntilTheResultIsStored(t *testing.T) {
 	hold := make(chan struct{})
 	f1, url1 := newFakeLLM(t, &fakeLLM{hold: hold})
 	f2, url2 := newFakeLLM(t, &fakeLLM{hold: hold})
+	hb := b.heartbeats(t)
 	b.start(t, worker.Config{Window: 1, Logger: slog.New(retries)}, url1)
 	b.start(t, worker.Config{Window: 1, Logger: slog.New(retries)}, url2)
 	brokertest.Eventually(t, 10*time.Second, func() bool {
@@ -140,6 +141,10 @@ func TestProgressAcksLastUntilTheResultIsStored(t *testing.T) {
 		c, _ := f2.snapshot()
 		return a+c == 1
 	}, "the prompt to be generating")
+	// Both workers must be past start-up, where a missing results stream
+	// is an error (run `aerie produce` first), before it goes: the one
+	// without the prompt may still be starting.
+	brokertest.Eventually(t, 10*time.Second, func() bool { return hb.workers() == 2 }, "both workers to have started")
 	if err := b.js.DeleteStream(ctx, schema.ResultsStream); err != nil {
 		t.Fatal(err)
 	}

@@ -105,16 +105,25 @@ func TestModelGoneMidRunPauses(t *testing.T) {
 	}
 }
 
-// heartbeatLog keeps the latest heartbeat of a run.
+// heartbeatLog keeps the latest heartbeat of a run, and of each worker.
 type heartbeatLog struct {
-	mu     sync.Mutex
-	latest *schema.Heartbeat
+	mu       sync.Mutex
+	latest   *schema.Heartbeat
+	byWorker map[string]*schema.Heartbeat
 }
 
 func (h *heartbeatLog) last() *schema.Heartbeat {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.latest
+}
+
+// workers is the number of workers heard from: those whose Run has
+// looked up the streams and started.
+func (h *heartbeatLog) workers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byWorker)
 }
 
 // heartbeats follows the heartbeats of the run's workers.
@@ -129,6 +138,10 @@ func (b *bundle) heartbeats(t *testing.T) *heartbeatLog {
 		}
 		h.mu.Lock()
 		h.latest = &hb
+		if h.byWorker == nil {
+			h.byWorker = map[string]*schema.Heartbeat{}
+		}
+		h.byWorker[hb.Worker] = &hb
 		h.mu.Unlock()
 	})
 	if err != nil {

@@ -2,6 +2,11 @@
 // OpenAI-compatible backend (vLLM beside it on the GPU host) and publishes
 // the answers. Every outcome of a prompt ends in exactly one
 // acknowledgement call, chosen in one switch (outcome.go).
+//
+// A prompt message is one unit of the run: a prompt and a sample. With
+// --turns all its conversation is generated turn by turn (turns.go), each
+// finished turn stored before the next starts, and the message is held,
+// with progress acks, until the whole conversation is settled.
 package worker
 
 import (
@@ -42,8 +47,8 @@ type Worker struct {
 	ackWait    time.Duration
 	maxDeliver int
 
-	slots    chan struct{} // one token per free window slot
-	inFlight sync.Map      // *flight by stream sequence
+	win      *window
+	inFlight sync.Map // *flight by stream sequence, while a request generates
 	attempts jetstream.KeyValue
 	breaker  *breaker
 
@@ -55,20 +60,23 @@ type Worker struct {
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
-	held           atomic.Int64 // messages delivered and not yet settled
-	maxHeld        atomic.Int64
-	paused         atomic.Pointer[string]
+	// generating and maxGenerating count the requests at the backend.
+	generating, maxGenerating atomic.Int64
+	// interimTurns counts the stored turns of the conversations held.
+	interimTurns atomic.Int64
+	paused       atomic.Pointer[string]
 
 	// lastProbeLog is when a failed probe was last logged; used by the
 	// breaker's probing goroutine only.
 	lastProbeLog time.Time
 
 	// The results and dead-letter streams, looked up by Run, where a
-	// redelivered prompt's earlier outcome is looked for.
-	results, dead jetstream.Stream
+	// redelivered prompt's earlier outcome is looked for, and, for a run
+	// with --turns all, the turns stream.
+	results, dead, turns jetstream.Stream
 }
 
-// flight is one prompt being processed.
+// flight is one request being generated.
 type flight struct {
 	tokens atomic.Int64
 }
@@ -88,10 +96,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		nc:      js.Conn(),
 		backend: backend,
 		log:     cfg.Logger.With("worker", cfg.Name, "run", cfg.Run),
-		slots:   make(chan struct{}, cfg.Window),
-	}
-	for range cfg.Window {
-		w.slots <- struct{}{}
+		win:     newWindow(cfg.Window, cfg.Window),
 	}
 	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {
 		if open {
@@ -117,13 +122,18 @@ type Stats struct {
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
+	// MaxGenerating is the most requests this worker has had at its
+	// backend at once: never more than its window.
+	MaxGenerating int
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
-// this worker has held at once: never more than its window.
+// this worker has held at once: never more than its window with --turns
+// last, never more than twice its window with --turns all (see Window).
 func (w *Worker) Stats() Stats {
+	held, maxHeld := w.win.holding()
 	return Stats{
-		InFlight: int(w.held.Load()), MaxInFlight: int(w.maxHeld.Load()),
+		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
 		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
@@ -164,6 +174,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("worker %s: look up aerie's streams (run `aerie produce` first, it creates them): %w", w.cfg.Name, err)
 	}
+	if m.TurnsMode() == schema.TurnsAll {
+		if w.turns, err = provision.TurnsStream(ctx, w.js, w.cfg.Provision); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("worker %s: open the turns stream of a --turns all run: %w", w.cfg.Name, err)
+		}
+		// Conversations between turns hold their prompts without a slot.
+		w.win.setHeldCap(2 * w.cfg.Window)
+	}
 	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -177,7 +197,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Warn("consumer MaxAckPending is below this worker's window; the window cannot fill",
 			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window)
 	}
-	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window,
+	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window, "turns", m.TurnsMode(),
 		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
 
 	// work ends Config.Grace after ctx: in-flight requests are then
@@ -193,13 +213,15 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	reason := schema.PausedStopping
 	w.paused.Store(&reason)
-	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", w.held.Load(), "grace", w.cfg.Grace)
+	held, _ := w.win.holding()
+	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", held, "grace", w.cfg.Grace)
 	idle := make(chan struct{})
 	go func() { wg.Wait(); close(idle) }()
 	select {
 	case <-idle:
 	case <-time.After(w.cfg.Grace):
-		w.log.Warn("grace period over: handing back unfinished prompts", "in_flight", w.held.Load())
+		held, _ := w.win.holding()
+		w.log.Warn("grace period over: handing back unfinished prompts", "in_flight", held)
 		stopWork()
 		<-idle
 	}
@@ -212,48 +234,36 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// pull fetches prompts while ctx lasts. A window slot is taken before the
-// server is asked for a message, and each pull asks for exactly as many
-// messages as there are free slots, so the prompts delivered to this worker
-// and not settled never exceed the window, counting those in transit.
+// pull fetches prompts while ctx lasts. Window slots are taken before the
+// server is asked for messages, and each pull asks for exactly as many
+// messages as it took slots, so the requests generating never exceed the
+// window and the prompts delivered to this worker and not settled never
+// exceed what the window allows (see window), counting those in transit.
 // (Consume and Messages prefetch, which would break that.)
 func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.WaitGroup, work context.Context) {
 	var failures int
 	for {
 		w.breaker.wait(ctx)
-		select {
-		case <-ctx.Done():
+		n := w.win.acquirePull(ctx, w.cfg.Window)
+		if n == 0 {
 			return
-		case <-w.slots:
-		}
-		n := 1
-	grab:
-		for n < w.cfg.Window {
-			select {
-			case <-w.slots:
-				n++
-			default:
-				break grab
-			}
 		}
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
 		got := 0
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
-				w.hold()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer w.release()
-					w.process(work, msg)
+					l := &lease{win: w.win, slot: true}
+					defer l.end()
+					w.process(work, msg, l)
 				}()
 			}
 			err = batch.Error()
 		}
-		for range n - got {
-			w.slots <- struct{}{}
-		}
+		w.win.unused(n - got)
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 			failures++
 			d := retryDelay(failures, 100*time.Millisecond, 5*time.Second)
@@ -267,19 +277,4 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 		}
 		failures = 0
 	}
-}
-
-func (w *Worker) hold() {
-	n := w.held.Add(1)
-	for {
-		m := w.maxHeld.Load()
-		if n <= m || w.maxHeld.CompareAndSwap(m, n) {
-			return
-		}
-	}
-}
-
-func (w *Worker) release() {
-	w.held.Add(-1)
-	w.slots <- struct{}{}
 }

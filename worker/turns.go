@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// converse generates every turn of a conversation (--turns all) in order.
+// The context of a turn is the conversation up to its assistant
+// placeholder, with every earlier placeholder replaced by the model's own
+// answer; the input's assistant text is never sent. Each finished turn
+// but the last is stored in the turns stream before the next starts, so
+// that a delivery that dies costs only the turn it was generating: the
+// next delivery continues after the last stored turn. l holds a slot on
+// entry; it is given back while a finished turn is stored, and taken
+// again, ahead of new prompts, for the next turn.
+func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) error {
+	if err := w.loadTurns(ctx, j); err != nil {
+		return err
+	}
+	for i := len(j.turns); i < j.k; i++ {
+		if err := l.acquire(ctx); err != nil {
+			return err
+		}
+		t, err := w.generateTurn(ctx, d, j, i, w.requestMessages(turnContext(j.p.Messages, j.turns, i)))
+		if err != nil {
+			j.failed = i + 1
+			return err
+		}
+		j.turns = append(j.turns, t)
+		if i == j.k-1 || t.Answer.FinishReason == "length" {
+			// The last turn, or one cut at max_tokens that the run keeps:
+			// the conversation ends here and its result says so.
+			return nil
+		}
+		l.release()
+		stored, err := w.storeTurn(ctx, j, t)
+		if err != nil {
+			var large *tooLargeError
+			if errors.As(err, &large) {
+				j.failed = i + 1
+			}
+			return err
+		}
+		j.turns[i] = stored
+		j.stored++
+		w.interimTurns.Add(1)
+		if d.attempt > 1 {
+			// The next turn starts with the run's max_attempts: failures
+			// of the turns before it are not its own.
+			w.forgetFailures(ctx, j)
+		}
+	}
+	return nil
+}
+
+// turnContext returns the messages of turn i of a conversation: msgs up
+// to its i-th assistant placeholder (all of them for the last turn), each
+// earlier placeholder replaced by the answer of its turn in turns.
+func turnContext(msgs []schema.Message, turns []*schema.Turn, i int) []schema.Message {
+	out := make([]schema.Message, 0, len(msgs))
+	seen := 0
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			if seen == i {
+				break
+			}
+			out = append(out, turns[seen].Answer)
+			seen++
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// requestMessages is a turn's context as sent: earlier answers with
+// their content, and their reasoning when the run keeps it.
+func (w *Worker) requestMessages(msgs []schema.Message) []openai.Message {
+	keep := w.manifest.ContextReasoning == schema.ContextReasoningKeep
+	out := make([]openai.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = openai.Message{Role: m.Role, Content: m.Content}
+		if keep && m.Role == "assistant" {
+			out[i].ReasoningContent = m.Reasoning
+		}
+	}
+	return out
+}
+
+// storeError is a failure to read or write the turns stream: NATS
+// trouble, not the prompt's. The prompt is handed back to continue later.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// loadTurns puts the turns of j that earlier deliveries stored in
+// j.turns, in order, up to the first missing one. A turn that was cut at
+// max_tokens under another budget than the one in force now (a replay
+// with a larger one) is not reused: it and the turns after it are
+// removed, to be generated again.
+func (w *Worker) loadTurns(ctx context.Context, j *job) error {
+	u := j.p.Unit()
+	for i := 0; i < j.k-1; i++ {
+		m, err := lastStored(ctx, w.turns, schema.TurnSubject(w.cfg.Run, u, i))
+		if err != nil {
+			return &storeError{fmt.Errorf("look up stored turn %d of %s: %w", i+1, j.p.ID, err)}
+		}
+		if m == nil {
+			break
+		}
+		t, err := schema.DecodeTurn(m.Data)
+		switch {
+		case err != nil:
+			w.log.Warn("stored turn cannot be decoded; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "err", err)
+		case t.Index != i:
+			w.log.Warn("stored turn has the wrong index; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "index", t.Index)
+		case t.Answer.FinishReason == "length" && t.MaxTokens != j.params.MaxTokens:
+			w.log.Info("stored turn was cut at another max_tokens; generating it again", "id", j.p.ID, "sample", j.p.Sample,
+				"turn", i+1, "stored_max_tokens", t.MaxTokens, "max_tokens", j.params.MaxTokens)
+		default:
+			j.turns = append(j.turns, t)
+			j.stored++
+			w.interimTurns.Add(1)
+			continue
+		}
+		return w.purgeTurnsFrom(ctx, j, i)
+	}
+	return nil
+}
+
+// purgeTurnsFrom removes the stored turns of j from turn i on.
+func (w *Worker) purgeTurnsFrom(ctx context.Context, j *job, i int) error {
+	for ; i < j.k-1; i++ {
+		subject := schema.TurnSubject(w.cfg.Run, j.p.Unit(), i)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(subject))
+		cancel()
+		if err != nil {
+			return &storeError{fmt.Errorf("remove stored turn %d of %s to generate it again: %w", i+1, j.p.ID, err)}
+		}
+	}
+	return nil
+}
+
+// storeTurn stores a finished turn and returns the turn stored for its
+// place: t, or the one another delivery of the same prompt stored first
+// (the first answer wins, as with results), with which the conversation
+// goes on.
+func (w *Worker) storeTurn(ctx context.Context, j *job, t *schema.Turn) (*schema.Turn, error) {
+	data, err := schema.EncodeTurn(t)
+	if err != nil {
+		return nil, fmt.Errorf("encode turn %d of %s: %w", t.Index+1, j.p.ID, err)
+	}
+	subject := schema.TurnSubject(w.cfg.Run, j.p.Unit(), t.Index)
+	m := w.message(subject, schema.KindTurn, j.p.Unit(), data)
+	// Every turn of a unit would share the unit's message id, and the
+	// de-duplication window would swallow all but the first: the
+	// expected-empty subject alone makes the publish happen once.
+	m.Header.Del(schema.HeaderMsgID)
+	m.Header.Set(schema.HeaderTurn, strconv.Itoa(t.Index))
+	ours, err := w.storeOnce(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Asking again gives a turn as large: record why instead.
+		return nil, &tooLargeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
+	}
+	if err != nil {
+		return nil, &storeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
+	}
+	if ours {
+		return t, nil
+	}
+	stored, err := lastStored(ctx, w.turns, subject)
+	if err == nil && stored == nil {
+		err = errors.New("not found right after the store said it held one (was it purged?)")
+	}
+	if err != nil {
+		return nil, &storeError{fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
+	}
+	first, err := schema.DecodeTurn(stored.Data)
+	if err != nil {
+		return nil, &storeError{fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
+	}
+	w.log.Info("another delivery stored this turn first; going on with its answer", "id", j.p.ID, "sample", j.p.Sample, "turn", t.Index+1, "by", first.Worker)
+	return first, nil
+}
+
+// forgetFailures deletes the failure count of j, best effort.
+func (w *Worker) forgetFailures(ctx context.Context, j *job) {
+	key := schema.AttemptsKey(w.cfg.Run, j.p.Unit())
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := w.attempts.Delete(dctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		w.log.Warn("cannot reset the failure count after a stored turn; the next turn has fewer attempts", "id", j.p.ID, "key", key, "err", err)
+	}
+}
+
+// purgeTurns removes every stored turn of u once its result is stored,
+// best effort: `aerie runs rm` removes any left over.
+func (w *Worker) purgeTurns(ctx context.Context, u schema.Unit) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(schema.TurnsFilter(w.cfg.Run, u))); err != nil {
+		w.log.Warn("cannot remove the stored turns of an answered conversation; `aerie runs rm` removes them", "id", u.ID, "sample", u.Sample, "err", err)
+	}
+}

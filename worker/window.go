@@ -1,0 +1,188 @@
+package worker
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// window shares a worker's window, the number of requests that may be
+// generating at once, between the prompts it pulls and the conversations
+// (--turns all) that continue with their next turn. A conversation gives
+// its slot back between turns, while it stores the turn it finished, and
+// takes one again for the next turn before any new prompt is pulled: the
+// conversations in progress finish before new ones start.
+//
+// It also counts the messages held (delivered and not yet settled). A
+// prompt answered in one request holds its slot from the pull to its
+// settlement, so it never holds more messages than slots; conversations
+// between turns hold messages without slots, and a pull never takes the
+// held messages above heldCap, so that a turns stream slow to store
+// cannot make a worker hoard prompts.
+//
+// The zero value is not usable; see newWindow.
+type window struct {
+	mu      sync.Mutex
+	size    int
+	free    int
+	held    int
+	maxHeld int
+	heldCap int
+	// turns are the continuing turns waiting for a slot, first come first
+	// served; a released slot goes to the first of them directly.
+	turns []chan struct{}
+	// changed is closed, and replaced, whenever a pull might now proceed.
+	changed chan struct{}
+}
+
+// newWindow returns a window of size slots, all free, that lets pulls
+// hold up to heldCap messages (at least size).
+func newWindow(size, heldCap int) *window {
+	return &window{size: size, free: size, heldCap: max(heldCap, size), changed: make(chan struct{})}
+}
+
+// setHeldCap changes the most messages pulls may hold (at least the
+// window's size).
+func (s *window) setHeldCap(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heldCap = max(n, s.size)
+	s.signal()
+}
+
+// signal wakes the pulls waiting; s.mu must be held.
+func (s *window) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// acquirePull waits until a slot is free, no continuing turn waits for
+// one and fewer than heldCap messages are held, then takes up to want
+// free slots and as many held messages, for the messages a pull asks
+// for. It returns how many it took: 0 once ctx has ended.
+func (s *window) acquirePull(ctx context.Context, want int) int {
+	for {
+		if ctx.Err() != nil {
+			return 0
+		}
+		s.mu.Lock()
+		if s.free > 0 && len(s.turns) == 0 && s.held < s.heldCap {
+			n := min(want, s.free, s.heldCap-s.held)
+			s.free -= n
+			s.held += n
+			s.maxHeld = max(s.maxHeld, s.held)
+			s.mu.Unlock()
+			return n
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-ch:
+		}
+	}
+}
+
+// unused gives back n slots and held messages that a pull took and no
+// message came for.
+func (s *window) unused(n int) {
+	for range n {
+		s.release()
+		s.drop()
+	}
+}
+
+// acquireTurn takes a slot for the next turn of a conversation, ahead of
+// any pull, waiting behind the turns that asked before it. It returns
+// ctx's error, holding no slot, when ctx ends first.
+func (s *window) acquireTurn(ctx context.Context) error {
+	s.mu.Lock()
+	if s.free > 0 {
+		// A free slot means nobody waits: release hands slots to waiting
+		// turns directly.
+		s.free--
+		s.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	s.turns = append(s.turns, ch)
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if i := slices.Index(s.turns, ch); i >= 0 {
+		s.turns = slices.Delete(s.turns, i, i+1)
+		s.signal() // a pull may have waited behind this turn
+		s.mu.Unlock()
+		return ctx.Err()
+	}
+	s.mu.Unlock()
+	s.release() // granted as ctx ended: pass it on
+	return ctx.Err()
+}
+
+// release gives back a slot: to the first waiting turn, or to the pool.
+func (s *window) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.turns) > 0 {
+		close(s.turns[0])
+		s.turns = slices.Delete(s.turns, 0, 1)
+		return
+	}
+	s.free++
+	s.signal()
+}
+
+// drop counts a held message as settled.
+func (s *window) drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held--
+	s.signal()
+}
+
+// holding returns the messages held now and the most held at once.
+func (s *window) holding() (now, most int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held, s.maxHeld
+}
+
+// lease is what one delivered message holds of the window: always the
+// message itself, and a slot while one of its requests may generate.
+// It is used by the message's goroutine only.
+type lease struct {
+	win  *window
+	slot bool
+}
+
+// acquire takes a slot for the next turn unless the lease holds one.
+func (l *lease) acquire(ctx context.Context) error {
+	if l.slot {
+		return nil
+	}
+	if err := l.win.acquireTurn(ctx); err != nil {
+		return err
+	}
+	l.slot = true
+	return nil
+}
+
+// release gives the slot back, if the lease holds one.
+func (l *lease) release() {
+	if l.slot {
+		l.slot = false
+		l.win.release()
+	}
+}
+
+// end gives everything back: the message is settled.
+func (l *lease) end() {
+	l.release()
+	l.win.drop()
+}

@@ -1,0 +1,185 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pullResult runs acquirePull in the background and returns a channel
+// that receives what it took.
+func pullResult(ctx context.Context, s *window, want int) <-chan int {
+	ch := make(chan int, 1)
+	go func() { ch <- s.acquirePull(ctx, want) }()
+	return ch
+}
+
+func received[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting: %s", what)
+		panic("unreachable")
+	}
+}
+
+func pending[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s: got %v, want it still waiting", what, v)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// A continuing turn gets a released slot before a pull, turns are served
+// in the order they asked, and a pull takes only slots nobody waits for.
+func TestWindowTurnsBeforePulls(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(2, 4)
+	if n := s.acquirePull(ctx, 5); n != 2 {
+		t.Fatalf("first pull took %d slots, want the 2 free", n)
+	}
+	// Both messages are conversations: each gives its slot back while it
+	// stores a turn, then asks for one again.
+	s.release()
+	s.release()
+	if n := s.acquirePull(ctx, 1); n != 1 {
+		t.Fatalf("pull took %d, want 1", n)
+	}
+	// One slot free: the first turn takes it at once; the second waits.
+	if err := s.acquireTurn(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- s.acquireTurn(ctx) }()
+	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.turns) == 1 }, "the second turn to wait")
+	pull := pullResult(ctx, s, 1)
+	pending(t, pull, "pull while a turn waits")
+	s.release() // goes to the waiting turn, not to the pull
+	if err := received(t, second, "second turn"); err != nil {
+		t.Fatal(err)
+	}
+	pending(t, pull, "pull with no free slot")
+	s.release()
+	if n := received(t, pull, "pull after a release"); n != 1 {
+		t.Fatalf("pull took %d, want 1", n)
+	}
+	if held, most := s.holding(); held != 4 || most != 4 {
+		t.Fatalf("held %d (most %d), want 4", held, most)
+	}
+}
+
+// Pulls never hold more messages than the cap, even with slots free.
+func TestWindowHeldCap(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(2, 3)
+	if n := s.acquirePull(ctx, 2); n != 2 {
+		t.Fatalf("took %d", n)
+	}
+	s.release()
+	s.release()
+	if n := s.acquirePull(ctx, 2); n != 1 {
+		t.Fatalf("pull took %d with 2 held and a cap of 3, want 1", n)
+	}
+	pull := pullResult(ctx, s, 2)
+	pending(t, pull, "pull at the cap")
+	s.drop() // a message settled
+	if n := received(t, pull, "pull after a message settled"); n != 1 {
+		t.Fatalf("took %d, want 1", n)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if n := s.acquirePull(cancelled, 1); n != 0 {
+		t.Fatalf("pull with an ended context took %d", n)
+	}
+}
+
+// A turn that stops waiting leaves the accounting exact: a slot granted
+// as its context ended is passed on, and pulls no longer wait behind it.
+func TestWindowTurnCancelled(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(1, 2)
+	if n := s.acquirePull(ctx, 1); n != 1 {
+		t.Fatal(n)
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	turn := make(chan error, 1)
+	go func() { turn <- s.acquireTurn(tctx) }()
+	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.turns) == 1 }, "the turn to wait")
+	cancel()
+	if err := received(t, turn, "cancelled turn"); err == nil {
+		t.Fatal("a cancelled turn got a slot")
+	}
+	s.release()
+	if n := s.acquirePull(ctx, 1); n != 1 {
+		t.Fatalf("pull after the turn gave up took %d, want 1", n)
+	}
+}
+
+// However turns and pulls interleave, the slots in use never exceed the
+// window, and every slot comes back.
+func TestWindowNeverOversubscribed(t *testing.T) {
+	const size, conversations, turns = 3, 40, 4
+	s := newWindow(size, 2*size)
+	var using, most atomic.Int64
+	use := func() {
+		n := using.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(time.Millisecond) // a request being generated
+		using.Add(-1)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	started := 0
+	for started < conversations {
+		n := s.acquirePull(ctx, min(size, conversations-started))
+		for range n {
+			started++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := &lease{win: s, slot: true}
+				defer l.end()
+				for i := range turns {
+					if err := l.acquire(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					use()
+					if i < turns-1 {
+						l.release()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if m := most.Load(); m > size {
+		t.Errorf("%d slots in use at once, window is %d", m, size)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.free != size || s.held != 0 || len(s.turns) != 0 {
+		t.Errorf("after all: free %d, held %d, waiting %d; want %d, 0, 0", s.free, s.held, len(s.turns), size)
+	}
+	if s.maxHeld > 2*size {
+		t.Errorf("held %d messages at once, cap is %d", s.maxHeld, 2*size)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
