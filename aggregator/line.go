@@ -27,6 +27,9 @@ type completionLine struct {
 	// Turns is how many assistant turns were generated: 1 with --turns
 	// last.
 	Turns int `json:"turns"`
+	// TurnsPlanned is set when a kept truncated turn ended the
+	// conversation before its last turn: how many it had.
+	TurnsPlanned int `json:"turns_planned,omitempty"`
 	// Usage is summed over the turns generated.
 	Usage schema.Usage `json:"usage"`
 	Model string       `json:"model"`
@@ -50,7 +53,7 @@ type completionLine struct {
 func newCompletionLine(r *schema.Result) completionLine {
 	return completionLine{
 		ID: r.ID, Sample: r.Sample, Messages: r.Messages, Reasoning: r.Reasoning, Content: r.Content,
-		FinishReason: r.FinishReason, Truncated: r.Truncated, Turns: max(r.Turns, 1),
+		FinishReason: r.FinishReason, Truncated: r.Truncated, Turns: max(r.Turns, 1), TurnsPlanned: r.TurnsPlanned,
 		Usage: schema.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
 		Model: r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,

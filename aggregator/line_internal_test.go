@@ -103,6 +103,9 @@ func TestAnswerOfLine(t *testing.T) {
 		{"second of four turns cut and kept", schema.Result{Messages: []schema.Message{user, gen(10), user, input, user, input, user}, Turns: 2,
 			CompletionTokens: 50, FinishReason: "length", Truncated: true}, true,
 			throughput.Answer{Requests: []throughput.Request{{CompletionTokens: 10}, {CompletionTokens: 40, Truncated: true}}, Skipped: 2}},
+		{"second of four cut and kept, the context holding only two", schema.Result{Messages: []schema.Message{user, gen(10), user}, Turns: 2, TurnsPlanned: 4,
+			CompletionTokens: 50, FinishReason: "length", Truncated: true}, true,
+			throughput.Answer{Requests: []throughput.Request{{CompletionTokens: 10}, {CompletionTokens: 40, Truncated: true}}, Skipped: 2}},
 		{"one turn", schema.Result{Messages: []schema.Message{user}, CompletionTokens: 30, FinishReason: "stop"}, true,
 			throughput.Single(30, false)},
 	}

@@ -32,13 +32,14 @@ type completionHead struct {
 	FinishReason string       `json:"finish_reason"`
 	Truncated    bool         `json:"truncated"`
 	Turns        int          `json:"turns"`
+	TurnsPlanned int          `json:"turns_planned"`
 	Usage        schema.Usage `json:"usage"`
 }
 
 func resultHead(r *schema.Result) completionHead {
 	return completionHead{
 		Messages: turnHeads(r.Messages), FinishReason: r.FinishReason, Truncated: r.Truncated,
-		Turns: r.Turns, Usage: schema.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
+		Turns: r.Turns, TurnsPlanned: r.TurnsPlanned, Usage: schema.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
 	}
 }
 
@@ -76,7 +77,11 @@ func (h completionHead) answer(turnsAll bool) throughput.Answer {
 	}
 	last.CompletionTokens = max(last.CompletionTokens-earlier, 0)
 	a.Requests = append(a.Requests, last)
-	if planned := assistants + 1; h.Truncated && planned > len(a.Requests) {
+	planned := assistants + 1
+	if h.TurnsPlanned > 0 {
+		planned = h.TurnsPlanned
+	}
+	if h.Truncated && planned > len(a.Requests) {
 		a.Skipped = planned - len(a.Requests)
 	}
 	return a

@@ -103,6 +103,10 @@ type Result struct {
 	// when a turn was cut at max_tokens and kept (Truncated). Zero in
 	// results written before it existed, which had one.
 	Turns int `msgpack:"turns,omitempty"`
+	// TurnsPlanned is, when a kept truncated turn ended the conversation
+	// early, how many turns it had (schema.TurnSlots of the prompt): the
+	// turns after Turns will never be generated. Zero otherwise.
+	TurnsPlanned int `msgpack:"turns_planned,omitempty"`
 	// PromptTokenIDs and TokenIDs are the last turn's token ids, when the
 	// run asked for them.
 	PromptTokenIDs []int `msgpack:"prompt_token_ids,omitempty"`

@@ -51,6 +51,9 @@ func (w *Worker) result(attempt int, j *job) *schema.Result {
 	}
 	if j.all {
 		r.Messages = turnContext(j.p.Messages, j.turns, len(j.turns)-1)
+		if planned := schema.TurnSlots(j.p.Messages); planned > len(j.turns) {
+			r.TurnsPlanned = planned
+		}
 	}
 	for _, t := range j.turns {
 		if u := t.Answer.Usage; u != nil {

@@ -346,7 +346,7 @@ func TestTruncatedTurnEndsTheConversation(t *testing.T) {
 		t.Errorf("turn 3 was asked %d times after turn 2 was cut", n)
 	}
 	r := b.unitResults(t)["c1"]
-	if r == nil || !r.Truncated || r.Turns != 2 || r.FinishReason != "length" || r.Content != "A(u2 c1)" || len(r.Messages) != 4 || r.Params.MaxTokens != 10 {
+	if r == nil || !r.Truncated || r.Turns != 2 || r.TurnsPlanned != 3 || r.FinishReason != "length" || r.Content != "A(u2 c1)" || len(r.Messages) != 4 || r.Params.MaxTokens != 10 {
 		t.Fatalf("result %+v, want turn 2 cut and kept, 2 turns, its context of 4 messages", r)
 	}
 	if turns := b.storedTurns(t); len(turns) != 0 {
