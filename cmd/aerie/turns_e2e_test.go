@@ -1,0 +1,393 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
+)
+
+// recordingBackend stands between the workers and the simulator and
+// remembers every chat request: its body, and whether its whole answer
+// reached the worker (a worker killed mid-answer cuts the connection).
+type recordingBackend struct {
+	url string
+	sim string
+
+	mu       sync.Mutex
+	requests []recorded
+}
+
+type recorded struct {
+	body      []byte
+	completed bool
+	ended     time.Time
+}
+
+func newRecordingBackend(t *testing.T, simURL string) *recordingBackend {
+	t.Helper()
+	target, err := url.Parse(simURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1                    // server-sent events go through as they come
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // a killed worker's requests end in errors
+	rb := &recordingBackend{sim: simURL}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		proxy.ServeHTTP(w, r)
+		rb.mu.Lock()
+		rb.requests = append(rb.requests, recorded{body: body, completed: r.Context().Err() == nil, ended: time.Now()})
+		rb.mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	rb.url = srv.URL
+	return rb
+}
+
+func (rb *recordingBackend) recorded() []recorded {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return append([]recorded(nil), rb.requests...)
+}
+
+// conversationsFile writes n conversations of 2 or 3 user turns, half in
+// the messages form and half ShareGPT style, some with a system message
+// and some ending in the dataset's own final answer. Every assistant turn
+// holds text that must never reach the model. It returns the number of
+// turns of each conversation by id.
+func conversationsFile(t *testing.T, path string, n int) map[string]int {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	turns := map[string]int{}
+	for i := range n {
+		id := fmt.Sprintf("c%04d", i)
+		k := 2 + i%2
+		turns[id] = k
+		sharegpt := i%4 >= 2
+		var msgs []map[string]string
+		add := func(role, text string) {
+			if sharegpt {
+				from := map[string]string{"system": "system", "user": "human", "assistant": "gpt"}[role]
+				msgs = append(msgs, map[string]string{"from": from, "value": text})
+			} else {
+				msgs = append(msgs, map[string]string{"role": role, "content": text})
+			}
+		}
+		if i%3 == 0 {
+			add("system", "You are terse.")
+		}
+		for u := range k {
+			add("user", fmt.Sprintf("question %d of conversation %s: explain topic %d", u+1, id, (i*7+u)%97))
+			if u < k-1 || i%5 == 0 {
+				add("assistant", "DATASET ANSWER NEVER TO BE SENT "+id)
+			}
+		}
+		field := "messages"
+		if sharegpt {
+			field = "conversations"
+		}
+		line, err := json.Marshal(map[string]any{"id": id, field: msgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(append(line, '\n'))
+	}
+	return turns
+}
+
+type turnsLine struct {
+	ID           string           `json:"id"`
+	Sample       int              `json:"sample"`
+	Messages     []schema.Message `json:"messages"`
+	Reasoning    string           `json:"reasoning"`
+	Content      string           `json:"content"`
+	FinishReason string           `json:"finish_reason"`
+	Turns        int              `json:"turns"`
+	Usage        schema.Usage     `json:"usage"`
+	Params       schema.Params    `json:"params"`
+}
+
+func readTurnsLines(t *testing.T, path string) []turnsLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []turnsLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var l turnsLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s: bad line: %v", path, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// chatContext is a request's context, as the key of the requests made
+// for it.
+func chatContext(msgs any) string {
+	b, _ := json.Marshal(msgs)
+	return string(b)
+}
+
+// TestTurnsAllSurvivesAKilledWorker regenerates 300 conversations of 2
+// or 3 turns with --turns all through separate processes, kills a worker
+// with SIGKILL while conversations are between turns, and then checks
+// that every conversation was written once, every turn is the model's
+// answer to exactly the context it was generated from (asking the
+// simulator again, which answers a context and seed deterministically),
+// and no turn that was finished before the kill was generated again.
+func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
+	bin := buildAerie(t)
+	const n = 300
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "conversations.jsonl")
+	want := conversationsFile(t, prompts, n)
+	plannedTurns := 0
+	for _, k := range want {
+		plannedTurns += k
+	}
+
+	sim := simtest.Serve(t, simulator.Config{Speed: 400, OutputMedian: 200, MaxNumSeqs: 64})
+	backend := newRecordingBackend(t, sim)
+	natsAddr := freeAddr(t)
+	natsURL := "nats://" + natsAddr
+	data := filepath.Join(dir, "data")
+	run := "turns"
+	start(t, bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
+	waitTCP(t, natsAddr)
+
+	work := func(name string) *proc {
+		return start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", backend.url, "--window", "40", "--name", name, "--grace", "2s")
+	}
+	w1 := work("w1")
+	work("w2")
+	agg := start(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
+	aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5",
+		"--turns", "all", "--seed", "11", "--temperature", "0.7", "--max-tokens", "4096", "--ack-wait", "3s").wait(t, 2*time.Minute)
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	turnsStream, err := js.Stream(ctx, schema.TurnsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storedTurns := func() uint64 {
+		info, err := turnsStream.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+
+	// Kill a worker while it holds conversations with stored turns.
+	completions := filepath.Join(data, run, "completions.jsonl")
+	brokertest.Eventually(t, 3*time.Minute, func() bool { return countLines(completions) >= n/5 && storedTurns() >= 10 },
+		"a fifth of the conversations written and turns stored for others")
+	stored := storedTurns()
+	killedAt := time.Now()
+	w1.kill(t)
+	t.Logf("killed worker w1 with %d conversations written and %d turns stored", countLines(completions), stored)
+	work("w1-restarted")
+	agg.wait(t, 5*time.Minute)
+
+	lines := readTurnsLines(t, completions)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if seen[l.ID] {
+			t.Errorf("%s written twice", l.ID)
+		}
+		seen[l.ID] = true
+	}
+	if len(lines) != n || len(seen) != n {
+		t.Fatalf("completions.jsonl: %d lines, %d distinct ids, want %d", len(lines), len(seen), n)
+	}
+
+	// Every turn is the answer to its own regenerated context.
+	type check struct {
+		id, what                   string
+		context                    []map[string]string
+		wantReasoning, wantContent string
+	}
+	var checks []check
+	turnsWritten, truncated := 0, 0
+	for _, l := range lines {
+		// A turn cut at max_tokens is kept and ends its conversation
+		// (--on-length keep); every other conversation has all its turns.
+		if (l.FinishReason == "stop" && l.Turns != want[l.ID]) || (l.FinishReason == "length" && l.Turns > want[l.ID]) || l.Turns < 1 {
+			t.Errorf("%s: %d turns, finish %q; want %d turns", l.ID, l.Turns, l.FinishReason, want[l.ID])
+			continue
+		}
+		if l.FinishReason == "length" {
+			truncated++
+		}
+		turnsWritten += l.Turns
+		var ctxMsgs []map[string]string
+		turn := 0
+		for _, m := range l.Messages {
+			if m.Role == "assistant" {
+				if strings.Contains(m.Content, "DATASET ANSWER") || m.FinishReason != "stop" || m.Usage == nil || m.Usage.CompletionTokens == 0 {
+					t.Errorf("%s turn %d is not a generated answer: %+v", l.ID, turn+1, m)
+				}
+				checks = append(checks, check{l.ID, fmt.Sprintf("turn %d", turn+1), append([]map[string]string(nil), ctxMsgs...), m.Reasoning, m.Content})
+				turn++
+			}
+			ctxMsgs = append(ctxMsgs, map[string]string{"role": m.Role, "content": m.Content})
+		}
+		checks = append(checks, check{l.ID, fmt.Sprintf("turn %d (last)", turn+1), ctxMsgs, l.Reasoning, l.Content})
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var mu sync.Mutex
+	mismatches := 0
+	for _, c := range checks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			body, _ := json.Marshal(map[string]any{"model": "moonshotai/Kimi-K2.5", "messages": c.context, "seed": 11, "temperature": 0.7, "max_tokens": 4096})
+			resp, err := http.Post(sim+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			var out struct {
+				Choices []struct {
+					Message struct {
+						Content   string `json:"content"`
+						Reasoning string `json:"reasoning"`
+					} `json:"message"`
+				} `json:"choices"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) == 0 {
+				t.Errorf("%s %s: asking the simulator again: %v (status %d)", c.id, c.what, err, resp.StatusCode)
+				return
+			}
+			got := out.Choices[0].Message
+			if got.Content != c.wantContent || got.Reasoning != c.wantReasoning {
+				mu.Lock()
+				mismatches++
+				if mismatches <= 5 {
+					t.Errorf("%s %s is not the answer to its context: written %.60q, the model answers %.60q", c.id, c.what, c.wantContent, got.Content)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	// No turn finished before the kill was generated again; the original
+	// assistant text never reached the backend.
+	type asked struct {
+		completed int
+		first     time.Time
+	}
+	byContext := map[string]*asked{}
+	requests := backend.recorded()
+	for _, r := range requests {
+		var req struct {
+			Messages []map[string]any `json:"messages"`
+			Seed     *int64           `json:"seed"`
+		}
+		if err := json.Unmarshal(r.body, &req); err != nil {
+			t.Fatalf("a request body is not JSON: %v", err)
+		}
+		if bytes.Contains(r.body, []byte(preflightPrompt)) {
+			continue // a worker checking its backend before it pulls
+		}
+		if bytes.Contains(r.body, []byte("DATASET ANSWER")) {
+			t.Errorf("the dataset's own answer was sent: %.200s", r.body)
+		}
+		if req.Seed == nil || *req.Seed != 11 {
+			t.Errorf("request without the run's seed: %.200s", r.body)
+		}
+		if !r.completed {
+			continue
+		}
+		key := chatContext(req.Messages)
+		a := byContext[key]
+		if a == nil {
+			a = &asked{first: r.ended}
+			byContext[key] = a
+		}
+		a.completed++
+		if a.completed > 1 && a.first.Before(killedAt.Add(-time.Second)) {
+			t.Errorf("a turn answered %v before the kill was generated again: %.200s", killedAt.Sub(a.first).Round(time.Millisecond), r.body)
+		}
+	}
+	again, latest := 0, time.Duration(0)
+	for _, a := range byContext {
+		if a.completed > 1 {
+			again += a.completed - 1
+			latest = max(latest, killedAt.Sub(a.first))
+		}
+	}
+	if left := storedTurns(); left != 0 {
+		t.Errorf("%d stored turns left behind after every conversation was written", left)
+	}
+	t.Logf("%d conversations (%d ended early by a kept truncated turn), %d turns (planned %d), %d requests (%d cut by the kill), %d turns answered twice (answered at most %v before the kill, not yet stored), %d turn answers checked against the simulator",
+		n, truncated, turnsWritten, plannedTurns, len(requests), len(requests)-completedCount(requests), again, latest.Round(time.Millisecond), len(checks))
+}
+
+// preflightPrompt is the question a worker asks its backend before it
+// pulls (doctor/checks_backend.go).
+const preflightPrompt = "Reply with the single word OK."
+
+func completedCount(rs []recorded) int {
+	n := 0
+	for _, r := range rs {
+		if r.completed {
+			n++
+		}
+	}
+	return n
+}
