@@ -313,6 +313,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	live := e.live(now)
 	var (
 		inFlight, windows int
+		requests          int // requests being generated: inFlight less the conversations between turns
 		decoding, interim int
 		censored          []float64
 		window, recent    spanStats
@@ -324,6 +325,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	}
 	for _, w := range live {
 		inFlight += w.inFlight
+		requests += w.requests
 		windows += w.window
 		interim += w.interim
 		if n := len(w.samples); n > 0 {
@@ -386,7 +388,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		turns:       e.turnsPerLine(doneRequests, interim),
 		queuedLines: e.cfg.Total - e.completed - e.failed - inFlight,
 		longestLine: max(float64(e.longestLine), longest),
-		inFlight:    inFlight,
+		inFlight:    requests,
 		censored:    censored,
 		lengths:     sv,
 		speed:       speed,

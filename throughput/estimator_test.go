@@ -362,3 +362,28 @@ func TestRampUpUsesRecentSpeed(t *testing.T) {
 		t.Errorf("ETA %.0f s after a fast start, %.0f s without: the early speed still counts", fast, steady)
 	}
 }
+
+// With --turns all a worker holds conversations between two turns that
+// no request stands for: they are in flight as lines, not as requests, and
+// must not make the ETA count requests that are not running.
+func TestConversationsBetweenTurnsAreNotRequests(t *testing.T) {
+	run := func(held int) schema.Throughput {
+		e := New(Config{Run: "r", Total: 400, Requests: 1000, ReportTurns: true}, t0)
+		for i := range 60 {
+			e.Completed(at(float64(i)/10), Answer{Requests: []Request{{CompletionTokens: 200 + 5*i}, {CompletionTokens: 300 + 3*i}}})
+		}
+		for s := 1; s <= 20; s++ {
+			hb := beat("w", float64(s), int64(s)*4000, 100, 150, 200, 250)
+			hb.InFlight = held
+			e.Heartbeat(hb)
+		}
+		return e.Snapshot(at(20))
+	}
+	listed, held := run(4), run(9)
+	if held.InFlight != 9 {
+		t.Errorf("in flight %d, want the 9 conversations held", held.InFlight)
+	}
+	if listed.ETASec <= 0 || held.ETASec != listed.ETASec {
+		t.Errorf("ETA %v with 5 conversations between turns, %v without: the requests running are the same", held.ETASec, listed.ETASec)
+	}
+}

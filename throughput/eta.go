@@ -15,7 +15,7 @@ const etaGrid = 256
 type etaInput struct {
 	phase     schema.Phase
 	remaining int       // requests neither done nor accounted for
-	inFlight  int       // requests held by live workers (one per conversation)
+	inFlight  int       // requests live workers are generating
 	censored  []float64 // tokens streamed by each listed in-flight request, ascending
 	lengths   *survival // nil when not yet estimated
 	speed     float64   // tokens/s of one decoding request

@@ -30,7 +30,12 @@ type worker struct {
 	lastHeard time.Time
 
 	window, inFlight int
-	inFlightTokens   []float64
+	// requests is how many requests the worker is generating: the
+	// requests it lists in InFlightTokens, or InFlight when it lists none.
+	// With --turns all a worker also holds conversations between two
+	// turns, which InFlight counts and no request stands for.
+	requests       int
+	inFlightTokens []float64
 	// interim is the worker's latest Heartbeat.InterimTurns: a gauge.
 	interim int
 }
@@ -78,9 +83,11 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 		}
 		w.inFlightTokens = append(w.inFlightTokens, float64(clampLength(int64(c))))
 	}
+	w.requests = len(hb.InFlightTokens)
 	if len(hb.InFlightTokens) == 0 {
 		// No per-request detail: assume everything in flight is streaming.
 		decoding = w.inFlight
+		w.requests = w.inFlight
 	}
 	w.samples = append(w.samples, sample{at: hb.Time, tokens: tokens, decoding: decoding})
 	w.trim(keep)
