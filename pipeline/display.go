@@ -87,7 +87,11 @@ func (s *Summary) Print(w io.Writer) {
 	if s.Paused > 0 {
 		fmt.Fprintf(w, "  paused       %s while the backend was down (%d prompts handed back)\n", s.Paused.Round(100*time.Millisecond), s.HandedBack)
 	}
-	fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
+	if s.Turns == schema.TurnsAll {
+		fmt.Fprintf(w, "  throughput   %.2f conversations/s, %.2f turns/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TurnsPerSec, s.TokensPerSec)
+	} else {
+		fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
+	}
 	backend := "at " + s.BackendURL
 	if s.Simulated {
 		backend += " (built-in simulator)"

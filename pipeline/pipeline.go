@@ -90,10 +90,13 @@ type Summary struct {
 	// Paused is the time workers spent paused because the backend was
 	// down (summed over workers), and HandedBack the prompts they handed
 	// back meanwhile.
-	Paused                     time.Duration
-	HandedBack                 int64
-	Wall                       time.Duration
+	Paused     time.Duration
+	HandedBack int64
+	Wall       time.Duration
+	// RequestsPerSec counts prompts (conversations) completed, and
+	// TurnsPerSec the answers generated: turns with --turns all.
 	RequestsPerSec             float64
+	TurnsPerSec                float64
 	TokensPerSec               float64
 	Completions, FailedPath    string
 	EventsPath                 string
@@ -344,12 +347,13 @@ func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config 
 // the workers' own counters: on a resume they cover only the prompts
 // generated this time.
 func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.Server, be *backend, agg *aggregator.Aggregator, ws *workers) *Summary {
-	var completed, tokens, handedBack int64
+	var completed, tokens, handedBack, turns int64
 	var paused time.Duration
 	for _, w := range ws.all {
 		s := w.Stats()
 		completed += s.Completed
 		tokens += s.TokensStreamed
+		turns += s.Turns
 		paused += s.Paused
 		handedBack += s.HandedBack
 	}
@@ -359,7 +363,7 @@ func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
 		Paused: paused, HandedBack: handedBack,
 		Wall:           time.Since(start),
-		RequestsPerSec: float64(completed) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),
+		RequestsPerSec: float64(completed) / workTime.Seconds(), TurnsPerSec: float64(turns) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),
 		Completions: filepath.Join(agg.Dir(), aggregator.CompletionsFile),
 		FailedPath:  filepath.Join(agg.Dir(), aggregator.FailedFile),
 		EventsPath:  filepath.Join(agg.Dir(), aggregator.EventsFile),

@@ -107,6 +107,7 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 	if err != nil {
 		return nil, err
 	}
+	w.turnsGenerated.Add(1)
 	if a.Model != "" {
 		j.model = a.Model
 	}

@@ -200,7 +200,7 @@ func TestConversationTurns(t *testing.T) {
 			if turns := b.storedTurns(t); len(turns) != 0 {
 				t.Errorf("%d stored turns left after the results were stored", len(turns))
 			}
-			if s := w.Stats(); s.Completed != 2 || s.MaxGenerating > 4 {
+			if s := w.Stats(); s.Completed != 2 || s.MaxGenerating > 4 || s.Turns != 6 {
 				t.Errorf("stats %+v", s)
 			}
 		})

@@ -52,11 +52,13 @@ type Worker struct {
 	attempts jetstream.KeyValue
 	breaker  *breaker
 
-	tokens       atomic.Int64
-	completed    atomic.Int64
-	deadLettered atomic.Int64
-	retried      atomic.Int64
-	handedBack   atomic.Int64 // prompts handed back during outages
+	tokens atomic.Int64
+	// turnsGenerated counts answers generated (Stats.Turns).
+	turnsGenerated atomic.Int64
+	completed      atomic.Int64
+	deadLettered   atomic.Int64
+	retried        atomic.Int64
+	handedBack     atomic.Int64 // prompts handed back during outages
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -125,6 +127,9 @@ type Stats struct {
 	// MaxGenerating is the most requests this worker has had at its
 	// backend at once: never more than its window.
 	MaxGenerating int
+	// Turns counts the answers generated and kept: one per completed
+	// prompt with --turns last, one per turn with --turns all.
+	Turns int64
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
@@ -137,7 +142,7 @@ func (w *Worker) Stats() Stats {
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
 		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
-		AlreadySettled: w.alreadySettled.Load(),
+		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
 }
 
