@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // completionMaxTokens bounds the test completion: enough to see the first
@@ -120,12 +121,19 @@ func checkCompletion(ctx context.Context, s *session) Result {
 		MaxTokens: completionMaxTokens,
 	}
 	if s.manifest != nil {
-		req.Temperature = s.manifest.Params.Temperature
-		req.TopP = s.manifest.Params.TopP
+		// Every parameter of the run, so that one the backend refuses
+		// shows here rather than as a dead letter for every prompt.
+		params := s.manifest.Params
+		params.MaxTokens = completionMaxTokens
+		req = worker.Request(s.manifest, req.Messages, params)
 	}
 	comp, err := s.client.ChatStream(ctx, req, nil)
 	if err != nil {
 		return backendFailure(err)
+	}
+	if req.ReturnTokenIDs && (len(comp.TokenIDs) == 0 || len(comp.PromptTokenIDs) == 0) {
+		return fail("the run stores token ids (--return-token-ids): use vLLM 0.10.2 or later, which returns them, or produce the run without --return-token-ids",
+			"%q answered without the token ids the run asks for (return_token_ids): %d answer and %d prompt token ids", model, len(comp.TokenIDs), len(comp.PromptTokenIDs))
 	}
 	reasoning := "no reasoning returned (expected for a model that does not think; for one that does, check the server's reasoning parser)"
 	if comp.Reasoning != "" {

@@ -1,17 +1,24 @@
 package doctor_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
 )
 
@@ -203,4 +210,51 @@ func TestRequireModel(t *testing.T) {
 	if err := doctor.RequireModel(context.Background(), client, "the backend", "b"); err == nil || !strings.Contains(err.Error(), `check that the backend serves model "b"`) {
 		t.Errorf("backend down: %v", err)
 	}
+}
+
+// The test completion is asked with every parameter of the run, and a run
+// that stores token ids fails when the backend does not return them (vLLM
+// before 0.10.2 ignores return_token_ids), before any prompt is spent.
+func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	topK := 7
+	m := schema.Manifest{Run: "ids", Model: testModel, ReturnTokenIDs: true, Producer: "test",
+		Params: schema.Params{MaxTokens: 64, TopK: &topK, ChatTemplateKwargs: json.RawMessage(`{"thinking":false}`)}}
+	brokertest.Queue(t, b.js, m, brokertest.Prompts(2))
+	sim := startSim(t, simulator.Config{Model: testModel})
+	var mu sync.Mutex
+	var bodies []map[string]any
+	var stripIDs bool
+	target, _ := url.Parse(sim)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			mu.Lock()
+			bodies = append(bodies, body)
+			if stripIDs {
+				delete(body, "return_token_ids") // as a server that does not know it
+			}
+			mu.Unlock()
+			raw, _ = json.Marshal(body)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := b.cfg
+	cfg.Run, cfg.Backend, cfg.PromptsFile = "ids", srv.URL, ""
+	rep := run(t, cfg)
+	expect(t, rep, "completion", doctor.Pass)
+	mu.Lock()
+	if len(bodies) != 1 || bodies[0]["top_k"] != 7.0 || bodies[0]["return_token_ids"] != true || bodies[0]["max_tokens"] != 8.0 {
+		t.Errorf("the test completion was asked with %v, want the run's top_k, return_token_ids and a small max_tokens", bodies)
+	}
+	stripIDs = true
+	mu.Unlock()
+	rep = run(t, cfg)
+	expect(t, rep, "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
 }

@@ -108,6 +108,11 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 		return nil, err
 	}
 	w.turnsGenerated.Add(1)
+	if w.manifest.ReturnTokenIDs && len(a.TokenIDs) == 0 && a.Usage.CompletionTokens > 0 {
+		w.noTokenIDs.Do(func() {
+			w.log.Warn("the backend returns no token ids although the run asks for them (return_token_ids): answers are stored without them; vLLM returns them from 0.10.2 on", "id", j.p.ID)
+		})
+	}
 	if a.Model != "" {
 		j.model = a.Model
 	}
@@ -200,8 +205,17 @@ func decodePrompt(msg jetstream.Msg) (*schema.Prompt, error) {
 
 // request is the chat request of msgs with params.
 func (w *Worker) request(msgs []openai.Message, params schema.Params) openai.ChatRequest {
+	return Request(w.manifest, msgs, params)
+}
+
+// Request is the request a worker of run m sends for msgs with params
+// (the run's, overridden by the prompt's own, for one sample): every
+// parameter under its request name, and return_token_ids when the run
+// asks for token ids. `aerie doctor` asks its test question the same way,
+// so that a parameter the backend refuses is found before the run starts.
+func Request(m *schema.Manifest, msgs []openai.Message, params schema.Params) openai.ChatRequest {
 	return openai.ChatRequest{
-		Model:              w.manifest.Model,
+		Model:              m.Model,
 		Messages:           msgs,
 		MaxTokens:          params.MaxTokens,
 		Temperature:        params.Temperature,
@@ -216,7 +230,7 @@ func (w *Worker) request(msgs []openai.Message, params schema.Params) openai.Cha
 		ReasoningEffort:    params.ReasoningEffort,
 		ChatTemplateKwargs: params.ChatTemplateKwargs,
 		ExtraBody:          params.ExtraBody,
-		ReturnTokenIDs:     w.manifest.ReturnTokenIDs,
+		ReturnTokenIDs:     m.ReturnTokenIDs,
 	}
 }
 

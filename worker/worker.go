@@ -55,6 +55,8 @@ type Worker struct {
 	tokens atomic.Int64
 	// turnsGenerated counts answers generated (Stats.Turns).
 	turnsGenerated atomic.Int64
+	// noTokenIDs warns, once, that the backend ignores return_token_ids.
+	noTokenIDs sync.Once
 	completed      atomic.Int64
 	deadLettered   atomic.Int64
 	retried        atomic.Int64
