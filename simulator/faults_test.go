@@ -202,7 +202,9 @@ func TestFaultsOverHTTP(t *testing.T) {
 	for range clients {
 		wg.Go(func() {
 			for i := range next {
-				outcomes[i] = classifyResponse(t, ts.url, userMessages(fmt.Sprint("rate prompt ", i)), time.Second)
+				// A hang never sends a byte; 5 s tells it from an answer
+				// that is only slow because the machine is busy.
+				outcomes[i] = classifyResponse(t, ts.url, userMessages(fmt.Sprint("rate prompt ", i)), 5*time.Second)
 			}
 		})
 	}

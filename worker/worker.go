@@ -56,11 +56,11 @@ type Worker struct {
 	// turnsGenerated counts answers generated (Stats.Turns).
 	turnsGenerated atomic.Int64
 	// noTokenIDs warns, once, that the backend ignores return_token_ids.
-	noTokenIDs sync.Once
-	completed      atomic.Int64
-	deadLettered   atomic.Int64
-	retried        atomic.Int64
-	handedBack     atomic.Int64 // prompts handed back during outages
+	noTokenIDs   sync.Once
+	completed    atomic.Int64
+	deadLettered atomic.Int64
+	retried      atomic.Int64
+	handedBack   atomic.Int64 // prompts handed back during outages
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
