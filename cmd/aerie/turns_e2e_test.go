@@ -37,6 +37,9 @@ type recordingBackend struct {
 
 	mu       sync.Mutex
 	requests []recorded
+	// refuse, when set, is asked about every chat request before it goes
+	// to the simulator; true answers it with vLLM's 400 instead.
+	refuse func(body []byte) bool
 }
 
 type recorded struct {
@@ -67,7 +70,16 @@ func newRecordingBackend(t *testing.T, simURL string) *recordingBackend {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		proxy.ServeHTTP(w, r)
+		rb.mu.Lock()
+		refuse := rb.refuse != nil && rb.refuse(body)
+		rb.mu.Unlock()
+		if refuse {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"error": {"message": "refused by the test", "type": "BadRequestError", "param": null, "code": 400}}`)
+		} else {
+			proxy.ServeHTTP(w, r)
+		}
 		rb.mu.Lock()
 		rb.requests = append(rb.requests, recorded{body: body, completed: r.Context().Err() == nil, ended: time.Now()})
 		rb.mu.Unlock()
@@ -390,4 +402,88 @@ func completedCount(rs []recorded) int {
 		}
 	}
 	return n
+}
+
+// TestTurnsAllReplayContinuesAfterStoredTurns refuses turn 2 of one
+// conversation once (a 400: the prompt's own fault, dead-lettered at
+// once), then replays it: the dead letter names turn 2, and the replayed
+// conversation continues from its stored first turn, which is never
+// asked again.
+func TestTurnsAllReplayContinuesAfterStoredTurns(t *testing.T) {
+	bin := buildAerie(t)
+	const n = 8
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "conversations.jsonl")
+	conversationsFile(t, prompts, n)
+	sim := simtest.Serve(t, simulator.Config{Speed: 1000, OutputMedian: 50})
+	backend := newRecordingBackend(t, sim)
+	victim := "question 2 of conversation c0003"
+	refused := 0
+	backend.mu.Lock()
+	backend.refuse = func(body []byte) bool { // called under backend.mu
+		if bytes.Contains(body, []byte(victim)) && refused == 0 {
+			refused++
+			return true
+		}
+		return false
+	}
+	backend.mu.Unlock()
+	natsAddr := freeAddr(t)
+	natsURL := "nats://" + natsAddr
+	data := filepath.Join(dir, "data")
+	run := "replay-turns"
+	start(t, bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
+	waitTCP(t, natsAddr)
+	start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", backend.url, "--window", "4", "--grace", "2s")
+	aggregate := func() {
+		aerie(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "200ms").wait(t, 2*time.Minute)
+	}
+	aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5",
+		"--turns", "all", "--seed", "3").wait(t, time.Minute)
+	aggregate()
+
+	failed, err := os.ReadFile(filepath.Join(data, run, "failed.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead struct {
+		ID     string `json:"id"`
+		Turn   int    `json:"turn"`
+		Reason string `json:"reason"`
+		Status int    `json:"status"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(failed), &dead); err != nil || dead.ID != "c0003" || dead.Turn != 2 || dead.Status != 400 {
+		t.Fatalf("failed.jsonl = %s (%v), want c0003 failed at turn 2 with a 400", failed, err)
+	}
+	if n := countLines(filepath.Join(data, run, "completions.jsonl")); n != 7 {
+		t.Fatalf("%d completions before the replay, want 7", n)
+	}
+
+	aerie(t, bin, "replay", "--nats", natsURL, "--run", run).wait(t, time.Minute)
+	aggregate()
+	lines := readTurnsLines(t, filepath.Join(data, run, "completions.jsonl"))
+	var got *turnsLine
+	for i := range lines {
+		if lines[i].ID == "c0003" {
+			got = &lines[i]
+		}
+	}
+	if len(lines) != n || got == nil || got.Turns != 3 {
+		t.Fatalf("after the replay: %d lines, c0003 %+v; want %d lines, c0003 with 3 turns", len(lines), got, n)
+	}
+	if b, _ := os.ReadFile(filepath.Join(data, run, "failed.jsonl")); len(bytes.TrimSpace(b)) != 0 {
+		t.Errorf("failed.jsonl after the replay: %s", b)
+	}
+	asked := map[int]int{}
+	for _, r := range backend.recorded() {
+		for turn := 1; turn <= 3; turn++ {
+			last := fmt.Sprintf("question %d of conversation c0003", turn)
+			if bytes.Contains(r.body, []byte(last)) && !bytes.Contains(r.body, []byte(fmt.Sprintf("question %d of conversation c0003", turn+1))) {
+				asked[turn]++
+			}
+		}
+	}
+	if asked[1] != 1 || asked[2] != 2 || asked[3] != 1 {
+		t.Errorf("c0003's turns were asked %v times; want turn 1 once (stored before the failure), turn 2 twice (refused, then answered), turn 3 once", asked)
+	}
 }
