@@ -68,6 +68,18 @@ func TestChaosShortTurns(t *testing.T) {
 	runChaos(t, chaos.ShortTurns())
 }
 
+// TestChaos is the full run: about 5,000 prompts, a worker killed every
+// few seconds, two aggregator kills and a NATS restart. Opt-in.
+func TestChaos(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 5,000-prompt chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the 5,000-prompt chaos run is not short; see TestChaosShort")
+	}
+	runChaos(t, chaos.Long())
+}
+
 // TestChaosTurns is the full run of conversations: about 2,500 of 1 to 3
 // user turns, every turn generated, a worker killed every few seconds,
 // two aggregator kills and a NATS restart. Opt-in, like TestChaos.
@@ -79,18 +91,6 @@ func TestChaosTurns(t *testing.T) {
 		t.Skip("the 2,500-conversation chaos run is not short; see TestChaosShortTurns")
 	}
 	runChaos(t, chaos.LongTurns())
-}
-
-// TestChaos is the full run: about 5,000 prompts, a worker killed every
-// few seconds, two aggregator kills and a NATS restart. Opt-in.
-func TestChaos(t *testing.T) {
-	if os.Getenv("AERIE_CHAOS") != "1" {
-		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 5,000-prompt chaos run")
-	}
-	if testing.Short() {
-		t.Skip("the 5,000-prompt chaos run is not short; see TestChaosShort")
-	}
-	runChaos(t, chaos.Long())
 }
 
 // TestChaosReplay puts dead-lettered prompts back to work with `aerie

@@ -71,8 +71,11 @@ type Kills struct {
 	// simulator's key changes.
 	SecondAggregators, Refused int
 	KeyRotations               int
-	// ReplayedAfterDone counts prompts replayed once the run was done.
-	ReplayedAfterDone int
+	// ReplayedAfterDone counts prompts replayed once the run was done;
+	// ReplayedAfterStoredTurns, with --turns all, the conversations among
+	// them that had failed at their second turn or later, whose replay
+	// goes on after the turns stored before.
+	ReplayedAfterDone, ReplayedAfterStoredTurns int
 }
 
 // New prepares a run in cfg.Dir; it starts nothing.

@@ -82,7 +82,11 @@ func (r *Report) String() string {
 		line("key rotations", "%d (the simulator's API key changed, the workers' key file %v later)", r.Kills.KeyRotations, c.KeyFileLag)
 	}
 	if c.ReplayAfterDone {
-		line("replay when done", "%d prompts replayed once the run was done, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone)
+		also := ""
+		if c.turnsAll() {
+			also = fmt.Sprintf(" (%d conversations failed at turn 2 or later, going on after their stored turns)", r.Kills.ReplayedAfterStoredTurns)
+		}
+		line("replay when done", "%d prompts replayed once the run was done%s, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone, also)
 	}
 	line("unexpected exits", "%d", len(r.Unexpected))
 	if o := r.Outcome; o != nil {
