@@ -79,14 +79,18 @@ clean:
 # The chaos suite (chaos/): aerie as separate processes against the
 # simulator with injected faults, while workers, the aggregator and the
 # NATS server are killed; then every prompt must be in exactly one of
-# completions.jsonl and failed.jsonl, once. chaos-short (about 600
-# prompts, under a minute and a half) is the CI run; chaos (about 5,000
-# prompts) takes a few minutes. AERIE_CHAOS_* variables tune a run (see
+# completions.jsonl and failed.jsonl, once. Each level has a single-turn
+# run and a run of conversations under --turns all (workers killed in
+# the middle of conversations), whose lines are also checked turn by
+# turn, with no stored turn generated again nor left behind. chaos-short
+# (about 600 prompts and 150 conversations side by side, about a minute)
+# is the CI run; chaos (about 5,000 prompts, then 2,500 conversations)
+# takes about five minutes. AERIE_CHAOS_* variables tune a run (see
 # chaos/chaos_test.go); a failed run keeps its work directory.
 .PHONY: chaos chaos-short
 
 chaos:
-	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 30m -run '^TestChaos$$' ./chaos/
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 30m -run '^TestChaos(Turns)?$$' ./chaos/
 
 chaos-short:
-	$(GO) test -count=1 -v -short -timeout 5m -run '^TestChaosShort$$' ./chaos/
+	$(GO) test -count=1 -v -short -timeout 5m -run '^TestChaosShort(Turns)?$$' ./chaos/

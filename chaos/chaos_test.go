@@ -17,9 +17,10 @@ import (
 
 // Environment variables that tune a run (all optional):
 //
-//	AERIE_CHAOS=1               also run TestChaos (5,000 prompts) and TestChaosReplay; =0 skips every run
+//	AERIE_CHAOS=1               also run TestChaos (5,000 prompts), TestChaosTurns (2,500 conversations) and TestChaosReplay; =0 skips every run
 //	AERIE_CHAOS_SEED=N          seed (default: from the clock; printed in the report)
-//	AERIE_CHAOS_PROMPTS=N       number of prompts
+//	AERIE_CHAOS_PROMPTS=N       number of prompts (conversations with turns)
+//	AERIE_CHAOS_TURNS=N         most user turns per conversation, every turn generated (--turns all); 1: single-turn prompts
 //	AERIE_CHAOS_MAX_ATTEMPTS=N  produce --max-attempts (default: produce's)
 //	AERIE_CHAOS_MAX_DELIVER=N   produce --max-deliver (default: produce's)
 //	AERIE_CHAOS_KILL_EVERY=4s   mean interval between worker kills (0: none)
@@ -44,12 +45,27 @@ import (
 // The work directory is always kept when the test fails.
 
 // TestChaosShort is the CI run: about 600 prompts, one kill of each kind.
-// It runs with `go test ./...`, -short or not.
+// It runs with `go test ./...`, -short or not, beside TestChaosShortTurns:
+// each run spends most of its time waiting for simulated answers, so the
+// two together take little longer than one.
 func TestChaosShort(t *testing.T) {
 	if os.Getenv("AERIE_CHAOS") == "0" {
 		t.Skip("AERIE_CHAOS=0")
 	}
+	t.Parallel()
 	runChaos(t, chaos.Short())
+}
+
+// TestChaosShortTurns is the CI run of conversations: about 150 of 1 to
+// 3 user turns, every turn generated (--turns all), with worker kills in
+// the middle of conversations and one kill of each other kind. It runs
+// with `go test ./...`, -short or not, beside TestChaosShort.
+func TestChaosShortTurns(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") == "0" {
+		t.Skip("AERIE_CHAOS=0")
+	}
+	t.Parallel()
+	runChaos(t, chaos.ShortTurns())
 }
 
 // TestChaos is the full run: about 5,000 prompts, a worker killed every
@@ -62,6 +78,19 @@ func TestChaos(t *testing.T) {
 		t.Skip("the 5,000-prompt chaos run is not short; see TestChaosShort")
 	}
 	runChaos(t, chaos.Long())
+}
+
+// TestChaosTurns is the full run of conversations: about 2,500 of 1 to 3
+// user turns, every turn generated, a worker killed every few seconds,
+// two aggregator kills and a NATS restart. Opt-in, like TestChaos.
+func TestChaosTurns(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 2,500-conversation chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the 2,500-conversation chaos run is not short; see TestChaosShortTurns")
+	}
+	runChaos(t, chaos.LongTurns())
 }
 
 // TestChaosReplay puts dead-lettered prompts back to work with `aerie
@@ -79,9 +108,10 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	applyEnv(t, &cfg)
 	cfg.Dir = workDir(t)
 	cfg.Bin = buildAerie(t, cfg.Dir)
-	// Actions go to stdout as they happen: `go test -v` shows them live,
-	// plain `go test` only when the test fails.
-	cfg.Logf = func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+	// Actions go to stdout as they happen, named by the run (two runs may
+	// go side by side): `go test -v` shows them live, plain `go test`
+	// only when the test fails.
+	cfg.Logf = func(format string, args ...any) { fmt.Printf("%s %s\n", cfg.Run, fmt.Sprintf(format, args...)) }
 
 	h, err := chaos.New(cfg)
 	if err != nil {
@@ -114,6 +144,17 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	}
 	if len(o.AnsweredNotWritten) > 0 {
 		t.Errorf("seed %d: %d prompts have a stored answer that is not in completions.jsonl", cfg.Seed, len(o.AnsweredNotWritten))
+	}
+	if len(o.BadTurns) > 0 {
+		t.Errorf("seed %d: %d lines have turns that are not their conversation's (see the report)", cfg.Seed, len(o.BadTurns))
+	}
+	if len(o.LeftoverTurns) > 0 {
+		t.Errorf("seed %d: %d completed conversations left their stored turns in AERIE_TURNS", cfg.Seed, len(o.LeftoverTurns))
+	}
+	if q := rep.Requests; q == nil {
+		t.Errorf("seed %d: the requests sent for stored turns were not checked (see the log)", cfg.Seed)
+	} else if len(q.Regenerated) > 0 {
+		t.Errorf("seed %d: %d requests asked for a turn already stored or a prompt already answered", cfg.Seed, len(q.Regenerated))
 	}
 	if rep.Kills.Refused != rep.Kills.SecondAggregators {
 		t.Errorf("seed %d: %d second aggregators started, %d gave up", cfg.Seed, rep.Kills.SecondAggregators, rep.Kills.Refused)
@@ -187,6 +228,7 @@ func applyEnv(t *testing.T, c *chaos.Config) {
 	}
 	env("AERIE_CHAOS_SEED", func(s string) (err error) { c.Seed, err = strconv.ParseInt(s, 10, 64); return err })
 	env("AERIE_CHAOS_PROMPTS", func(s string) (err error) { c.Prompts, err = strconv.Atoi(s); return err })
+	env("AERIE_CHAOS_TURNS", func(s string) (err error) { c.Turns, err = strconv.Atoi(s); return err })
 	env("AERIE_CHAOS_SPEED", func(s string) (err error) { c.Speed, err = strconv.ParseFloat(s, 64); return err })
 	env("AERIE_CHAOS_MAX_ATTEMPTS", func(s string) (err error) { c.MaxAttempts, err = strconv.Atoi(s); return err })
 	env("AERIE_CHAOS_MAX_DELIVER", func(s string) (err error) { c.MaxDeliver, err = strconv.Atoi(s); return err })

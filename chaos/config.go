@@ -37,6 +37,15 @@ type Config struct {
 
 	// Prompts is how many prompts gen-prompts writes and produce queues.
 	Prompts int
+	// Turns, above 1, makes every prompt a conversation of 1 to Turns
+	// user turns (gen-prompts --turns), each earlier one followed by an
+	// assistant answer, and the run a --turns all one: every assistant
+	// turn is generated again, in order, each stored before the next, so
+	// that kills and faults land in the middle of conversations. The
+	// check then also looks at every line's turns, at the stored turns
+	// left at the end and at the requests sent for turns already stored.
+	// 0 or 1: single-turn prompts, answered as given (--turns last).
+	Turns int
 	// Workers is how many workers run at once; each one killed is
 	// replaced by a new one with a new name.
 	Workers int
@@ -172,6 +181,39 @@ func Long() Config {
 	return c
 }
 
+// ShortTurns is the CI run of conversations: 150 of 1 to 3 user turns
+// (about 300 turns), every turn generated with --turns all, under
+// Short's faults, with two worker kills (each lands in the middle of
+// conversations), one aggregator kill, one NATS restart, a second
+// aggregator, a key rotation and the replay once done, in well under a
+// minute on two cores.
+func ShortTurns() Config {
+	c := Short()
+	c.Run = "chaos-short-turns"
+	c.Prompts = 150
+	c.Turns = 3
+	c.WorkerKills = 2
+	c.KillFrom, c.KillUntil = 0.1, 0.9
+	c.AggregatorKillsAt = []float64{0.3}
+	c.SecondAggregatorsAt = []float64{0.4}
+	c.NATSRestartsAt = []float64{0.5}
+	c.KeyRotationsAt = []float64{0.65}
+	return c
+}
+
+// LongTurns is the full run of conversations: 2,500 of 1 to 3 user
+// turns (about 5,000 turns, as many requests as Long), every turn
+// generated with --turns all, with Long's faults and kills: a worker
+// killed every few seconds in the middle of conversations, the
+// aggregator killed twice, the NATS server killed once.
+func LongTurns() Config {
+	c := Long()
+	c.Run = "chaos-turns"
+	c.Prompts = 2500
+	c.Turns = 3
+	return c
+}
+
 // Replays is Short with many dead letters put back to work while the
 // aggregator is killed every couple of seconds: one attempt per prompt,
 // 429 on 15% of requests, `aerie replay` at three points. A replayed
@@ -222,6 +264,10 @@ func base() Config {
 	}
 }
 
+// turnsAll reports whether the run generates every turn of
+// conversations (--turns all).
+func (c Config) turnsAll() bool { return c.Turns > 1 }
+
 // Validate reports every problem with the configuration.
 func (c Config) Validate() error {
 	var errs []error
@@ -229,8 +275,8 @@ func (c Config) Validate() error {
 	if c.Bin == "" || c.Dir == "" || c.Run == "" {
 		bad("Bin, Dir and Run are required")
 	}
-	if c.MaxAttempts < 0 || c.MaxDeliver < 0 || c.WorkerKills < 0 {
-		bad("max attempts, max deliver and worker kills must not be negative")
+	if c.MaxAttempts < 0 || c.MaxDeliver < 0 || c.WorkerKills < 0 || c.Turns < 0 {
+		bad("max attempts, max deliver, worker kills and turns must not be negative")
 	}
 	if c.Prompts < 1 || c.Workers < 1 {
 		bad("need at least one prompt and one worker, got %d and %d", c.Prompts, c.Workers)

@@ -5,6 +5,15 @@
 // prompt ends in exactly one of completions.jsonl and failed.jsonl, never
 // twice, never missing.
 //
+// With Config.Turns above 1 the prompts are conversations generated with
+// --turns all, every assistant turn in order, each stored before the
+// next; the check then also reads every line turn by turn against its
+// input conversation, and looks for stored turns that completed
+// conversations left behind. In every run the workers reach the
+// simulator through a proxy of the harness that records each request,
+// so that a request for a turn already stored, or a prompt already
+// answered, is found (see RequestCheck).
+//
 // A Harness does one run. Its Config says how many prompts, which faults
 // the simulator injects and what to break: a worker every few seconds
 // (each replaced by a new one with a new name), the aggregator at given
@@ -14,8 +23,10 @@
 // machine. The Report says what was done and what came out.
 //
 // The tests of this package are the suite: TestChaosShort (about 600
-// prompts, one kill of each kind) runs with `go test ./...`;
-// TestChaos (about 5,000 prompts, a worker killed every few seconds) only
-// with AERIE_CHAOS=1. See `make chaos` and `make chaos-short`, and
-// chaos_test.go for the environment variables that tune a run.
+// prompts, one kill of each kind) and TestChaosShortTurns (about 150
+// conversations) run with `go test ./...`; TestChaos (about 5,000
+// prompts, a worker killed every few seconds) and TestChaosTurns (about
+// 2,500 conversations) only with AERIE_CHAOS=1. See `make chaos` and
+// `make chaos-short`, and chaos_test.go for the environment variables
+// that tune a run.
 package chaos

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // ErrStalled is returned by Run when the aggregator has not finished the
@@ -37,6 +38,12 @@ type Harness struct {
 	mu    sync.Mutex
 	procs []*process // every process started, for Close
 	nc    *nats.Conn // the harness's own connection, for the stuck check
+
+	// tap stands between the workers and the simulator; turns and
+	// results record when each turn and answer was stored (turns only
+	// with --turns all). All three are set by setUp.
+	tap            *backendTap
+	turns, results *storeWatch
 
 	// Owned by Run's goroutine.
 	js         jetstream.JetStream
@@ -64,8 +71,11 @@ type Kills struct {
 	// simulator's key changes.
 	SecondAggregators, Refused int
 	KeyRotations               int
-	// ReplayedAfterDone counts prompts replayed once the run was done.
-	ReplayedAfterDone int
+	// ReplayedAfterDone counts prompts replayed once the run was done;
+	// ReplayedAfterStoredTurns, with --turns all, the conversations among
+	// them that had failed at their second turn or later, whose replay
+	// goes on after the turns stored before.
+	ReplayedAfterDone, ReplayedAfterStoredTurns int
 }
 
 // New prepares a run in cfg.Dir; it starts nothing.
@@ -116,8 +126,12 @@ func (h *Harness) NATSURL() string { return "nats://" + h.natsAddr }
 func (h *Harness) Close() {
 	h.mu.Lock()
 	procs := append([]*process(nil), h.procs...)
-	nc := h.nc
+	nc, tap := h.nc, h.tap
+	turns, results := h.turns, h.results
+	h.turns, h.results = nil, nil
 	h.mu.Unlock()
+	turns.stop()
+	results.stop()
 	if nc != nil {
 		nc.Close()
 	}
@@ -125,6 +139,9 @@ func (h *Harness) Close() {
 		if !p.exited() {
 			p.kill()
 		}
+	}
+	if tap != nil {
+		tap.close()
 	}
 }
 
@@ -144,7 +161,7 @@ func (h *Harness) Run(ctx context.Context) (*Report, error) {
 			rep.Wall = time.Since(h.began)
 		}
 	}()
-	ids, err := h.setUp(ctx)
+	input, err := h.setUp(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -154,16 +171,17 @@ func (h *Harness) Run(ctx context.Context) (*Report, error) {
 	}
 	rep.Wall = time.Since(h.began)
 	rep.Faults = simFaults(h.simAddr)
-	if err := h.check(ctx, rep, ids, runErr == nil); err != nil {
+	if err := h.check(ctx, rep, input, runErr == nil); err != nil {
 		return rep, errors.Join(runErr, err)
 	}
 	return rep, runErr
 }
 
 // setUp writes the prompts, starts the server, the simulator, the
-// workers and the aggregator, and produces. It returns the input ids.
-func (h *Harness) setUp(ctx context.Context) ([]string, error) {
-	ids, err := h.writePrompts()
+// workers and the aggregator, produces, and starts watching the stored
+// turns and answers. It returns the input as produce queues it.
+func (h *Harness) setUp(ctx context.Context) ([]inputPrompt, error) {
+	input, err := h.writePrompts()
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +197,9 @@ func (h *Harness) setUp(ctx context.Context) ([]string, error) {
 	if err := h.startSim(ctx); err != nil {
 		return nil, err
 	}
+	h.mu.Lock()
+	h.tap = newBackendTap(h.simAddr)
+	h.mu.Unlock()
 	nc, err := nats.Connect(h.NATSURL(), nats.Name("aerie-chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
 	if err != nil {
 		return nil, err
@@ -197,18 +218,48 @@ func (h *Harness) setUp(ctx context.Context) ([]string, error) {
 	if err := h.startAggregator(); err != nil {
 		return nil, err
 	}
-	return ids, h.produce()
+	if err := h.produce(); err != nil {
+		return nil, err
+	}
+	return input, h.watch(ctx)
 }
 
-// check reads the output files into rep.Outcome. When the run finished
-// it also checks that every failed prompt kept its dead letter; when
-// anything is wrong it adds the NATS state to the report.
-func (h *Harness) check(ctx context.Context, rep *Report, ids []string, finished bool) error {
-	out := filepath.Join(h.data, h.cfg.Run)
-	o, err := verify(ids, filepath.Join(out, aggregator.CompletionsFile), filepath.Join(out, aggregator.FailedFile))
+// watch starts recording when the run's answers, and with --turns all
+// its turns, are stored. produce has created the streams.
+func (h *Harness) watch(ctx context.Context) error {
+	results, err := watchStores(ctx, h.js, schema.ResultsStream, schema.RunFilter(schema.ResultsRoot, h.cfg.Run))
 	if err != nil {
 		return err
 	}
+	h.mu.Lock()
+	h.results = results
+	h.mu.Unlock()
+	if !h.cfg.turnsAll() {
+		return nil
+	}
+	turns, err := watchStores(ctx, h.js, schema.TurnsStream, schema.RunFilter(schema.TurnsRoot, h.cfg.Run))
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.turns = turns
+	h.mu.Unlock()
+	return nil
+}
+
+// check reads the output files into rep.Outcome. When the run finished
+// it also checks that every failed prompt kept its dead letter, that
+// every stored answer was written, that no request asked for a turn
+// already stored and, with --turns all, that no completed conversation
+// left stored turns behind; when anything is wrong it adds the NATS
+// state to the report.
+func (h *Harness) check(ctx context.Context, rep *Report, input []inputPrompt, finished bool) error {
+	out := filepath.Join(h.data, h.cfg.Run)
+	o, err := verify(input, h.cfg.turnsAll(), filepath.Join(out, aggregator.CompletionsFile), filepath.Join(out, aggregator.FailedFile))
+	if err != nil {
+		return err
+	}
+	ids := inputIDs(input)
 	rep.Outcome = o
 	rep.Races = raceReports(h.logs)
 	if finished {
@@ -227,13 +278,80 @@ func (h *Harness) check(ctx context.Context, rep *Report, ids []string, finished
 		} else {
 			o.AnsweredNotWritten = ids
 		}
+		if h.cfg.turnsAll() {
+			left, kept, err := leftoverTurns(ctx, h.NATSURL(), h.cfg.Run, tokens(input), o.completed, toSet(o.failedIDs), 30*time.Second)
+			if err != nil {
+				h.log("cannot check that completed conversations left no stored turns: %v", err)
+			} else {
+				o.LeftoverTurns, o.KeptTurns = left, kept
+				rep.TurnsStoreChecked = true
+			}
+		}
+		rep.Requests = h.checkRequests(ctx, input)
 	}
-	if !finished || !o.OK() {
+	if h.cfg.turnsAll() {
+		rep.ConcurrentTurns = concurrentTurns(h.logs)
+	}
+	if !finished || !o.OK() || (rep.Requests != nil && len(rep.Requests.Regenerated) > 0) {
 		traced := append(append(append([]string(nil), o.Missing...), o.InBoth...), o.Unknown...)
 		traced = append(traced, o.AnsweredNotWritten...)
+		for _, l := range o.LeftoverTurns {
+			id, _, _ := strings.Cut(l, ":")
+			traced = append(traced, id)
+		}
+		if rep.Requests != nil {
+			for _, r := range rep.Requests.Regenerated {
+				id, _, _ := strings.Cut(r, " ")
+				traced = append(traced, id)
+			}
+		}
 		rep.State = natsState(h.NATSURL(), h.cfg.Run, append(traced, o.Unreplayable...))
 	}
 	return nil
+}
+
+// checkRequests judges the requests the workers sent against the times
+// the turns and answers were stored (see checkRequests); nil when the
+// store times could not all be read.
+func (h *Harness) checkRequests(ctx context.Context, input []inputPrompt) *RequestCheck {
+	h.mu.Lock()
+	turns, results := h.turns, h.results
+	h.mu.Unlock()
+	for _, w := range []*storeWatch{turns, results} {
+		if w != nil && !w.catchUp(ctx, 30*time.Second) {
+			h.log("cannot check the requests sent for stored turns: the stored turns and answers could not all be read")
+			return nil
+		}
+	}
+	byToken := tokens(input)
+	turnStored := map[turnRef]time.Time{}
+	if turns != nil {
+		for subject, t := range turns.times() {
+			if ref, ok := turnOfSubject(subject, h.cfg.Run, byToken); ok {
+				turnStored[ref] = t
+			}
+		}
+	}
+	resultStored := map[string]time.Time{}
+	if results != nil {
+		for subject, t := range results.times() {
+			if id, ok := resultOfSubject(subject, h.cfg.Run, byToken); ok {
+				resultStored[id] = t
+			}
+		}
+	}
+	reqs, chats := h.tap.snapshot()
+	c := checkRequests(reqs, chats, newRequestIndex(input, h.cfg.turnsAll()), turnStored, resultStored)
+	return &c
+}
+
+// toSet makes a set of a list.
+func toSet(items []string) map[string]bool {
+	m := make(map[string]bool, len(items))
+	for _, s := range items {
+		m[s] = true
+	}
+	return m
 }
 
 // describe lists processes for a log line.

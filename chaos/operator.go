@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aerie-dev/aerie/aggregator"
 )
 
 // aggregatorSettled reports whether the aggregator has been running long
@@ -93,6 +96,17 @@ var replayedCount = regexp.MustCompile(`(?m)\breplayed (\d+)`)
 // (--exit-when-done), which must finish only once every replayed prompt
 // has its new outcome. The workers are still running.
 func (h *Harness) replayAfterDone(ctx context.Context) error {
+	if h.cfg.turnsAll() {
+		failed, _, err := readOutput(filepath.Join(h.data, h.cfg.Run, aggregator.FailedFile))
+		if err != nil {
+			return err
+		}
+		for _, l := range failed {
+			if l.Turn > 1 {
+				h.kills.ReplayedAfterStoredTurns++
+			}
+		}
+	}
 	p, err := h.start(h.next("replay"), "replay", "--nats", h.NATSURL(), "--run", h.cfg.Run)
 	if err != nil {
 		return err

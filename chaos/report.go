@@ -31,6 +31,16 @@ type Report struct {
 	// DeadLettersChecked is set when every id of failed.jsonl was looked
 	// up in AERIE_DEAD (Outcome.Unreplayable).
 	DeadLettersChecked bool
+	// TurnsStoreChecked is set when AERIE_TURNS was looked at once the
+	// run was done (Outcome.LeftoverTurns).
+	TurnsStoreChecked bool
+	// Requests is what the requests sent to the simulator say about turns
+	// generated again; nil when not checked.
+	Requests *RequestCheck
+	// ConcurrentTurns counts, with --turns all, the turns finished by a
+	// delivery after another delivery of the same conversation, running
+	// at the same time, had stored them (the workers' logs say so).
+	ConcurrentTurns int
 	// State is the NATS state, filled in when the run stalled or the
 	// output is wrong.
 	State string
@@ -45,8 +55,12 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  %-18s %s\n", label, fmt.Sprintf(format, args...))
 	}
 	fmt.Fprintf(&b, "chaos run %s (seed %d)\n", c.Run, c.Seed)
-	line("prompts", "%d, %d workers at a time (windows %d-%d), simulator at speed %g, first-token and idle timeouts %v, ack wait %v",
-		c.Prompts, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.StallTimeout, c.AckWait)
+	what := "prompts"
+	if c.turnsAll() {
+		what = fmt.Sprintf("conversations of 1 to %d user turns, every turn generated (--turns all)", c.Turns)
+	}
+	line("prompts", "%d %s, %d workers at a time (windows %d-%d), simulator at speed %g, first-token and idle timeouts %v, ack wait %v",
+		c.Prompts, what, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.StallTimeout, c.AckWait)
 	line("faults asked", "400 %g, 429 %g, 500 %g, 503 %g, hang %g, disconnect %g, stream error %g",
 		c.Rate400, c.Rate429, c.Rate500, c.Rate503, c.HangRate, c.DisconnectRate, c.StreamErrorRate)
 	if r.Faults != nil {
@@ -68,7 +82,11 @@ func (r *Report) String() string {
 		line("key rotations", "%d (the simulator's API key changed, the workers' key file %v later)", r.Kills.KeyRotations, c.KeyFileLag)
 	}
 	if c.ReplayAfterDone {
-		line("replay when done", "%d prompts replayed once the run was done, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone)
+		also := ""
+		if c.turnsAll() {
+			also = fmt.Sprintf(" (%d conversations failed at turn 2 or later, going on after their stored turns)", r.Kills.ReplayedAfterStoredTurns)
+		}
+		line("replay when done", "%d prompts replayed once the run was done%s, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone, also)
 	}
 	line("unexpected exits", "%d", len(r.Unexpected))
 	if o := r.Outcome; o != nil {
@@ -93,6 +111,25 @@ func (r *Report) String() string {
 		} else {
 			line("unreplayable", "not checked")
 		}
+		if c.turnsAll() {
+			line("turns", "%d conversations, %d turns planned, %d generated and written in %d completed lines, %d stored before the failed turn of %d failed lines",
+				o.Conversations, o.TurnsPlanned, o.TurnsWritten, o.Completed, o.TurnsBeforeFailure, o.Failed)
+			line("bad turns", "%d (lines whose turns are not the conversation's)%s", len(o.BadTurns), sample(o.BadTurns))
+			if r.TurnsStoreChecked {
+				line("turns left stored", "%d completed conversations%s; %d failed ones keep theirs for a replay", len(o.LeftoverTurns), sample(o.LeftoverTurns), o.KeptTurns)
+			} else {
+				line("turns left stored", "not checked")
+			}
+			line("turns raced", "%d finished by a delivery after another one running beside it had stored them", r.ConcurrentTurns)
+		}
+	}
+	if q := r.Requests; q != nil {
+		line("requests", "%d chat requests sent, %d traced to one turn of one prompt, %d of them for a turn asked for before (kills, faults, restarts)",
+			q.Chat, q.Traced, q.Repeated)
+		line("regenerated", "%d of %d requests that began a delivery's work asked for a turn already stored or a prompt already answered%s",
+			len(q.Regenerated), q.Starts, sample(q.Regenerated))
+	} else if r.Outcome != nil {
+		line("regenerated", "not checked")
 	} else {
 		line("output", "not checked: the run did not get that far")
 	}

@@ -8,17 +8,23 @@ import (
 	"time"
 )
 
-// writePrompts runs gen-prompts and reads back the ids.
-func (h *Harness) writePrompts() ([]string, error) {
-	p, err := h.start("gen-prompts", "gen-prompts", "--count", strconv.Itoa(h.cfg.Prompts),
-		"--out", h.prompts, "--seed", strconv.FormatInt(h.cfg.Seed, 10))
+// writePrompts runs gen-prompts (conversations of up to Turns user
+// turns when Turns is above 1) and reads the prompts back as produce
+// queues them.
+func (h *Harness) writePrompts() ([]inputPrompt, error) {
+	args := []string{"gen-prompts", "--count", strconv.Itoa(h.cfg.Prompts),
+		"--out", h.prompts, "--seed", strconv.FormatInt(h.cfg.Seed, 10)}
+	if h.cfg.turnsAll() {
+		args = append(args, "--turns", strconv.Itoa(h.cfg.Turns))
+	}
+	p, err := h.start("gen-prompts", args...)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.wait(2 * time.Minute); err != nil {
 		return nil, fmt.Errorf("gen-prompts: %w\n%s", err, p.tail(20))
 	}
-	return inputIDs(h.prompts)
+	return readInput(h.prompts, h.cfg.turnsAll())
 }
 
 func (h *Harness) produce() error {
@@ -31,6 +37,9 @@ func (h *Harness) produce() error {
 	if h.cfg.MaxDeliver > 0 {
 		args = append(args, "--max-deliver", strconv.Itoa(h.cfg.MaxDeliver))
 	}
+	if h.cfg.turnsAll() {
+		args = append(args, "--turns", "all")
+	}
 	p, err := h.start("produce", args...)
 	if err != nil {
 		return err
@@ -38,7 +47,11 @@ func (h *Harness) produce() error {
 	if err := p.wait(5 * time.Minute); err != nil {
 		return fmt.Errorf("produce: %w\n%s", err, p.tail(20))
 	}
-	h.log("produced %d prompts", h.cfg.Prompts)
+	if h.cfg.turnsAll() {
+		h.log("produced %d conversations of 1 to %d user turns (--turns all)", h.cfg.Prompts, h.cfg.Turns)
+	} else {
+		h.log("produced %d prompts", h.cfg.Prompts)
+	}
 	return nil
 }
 
@@ -95,13 +108,18 @@ func (h *Harness) startSim(ctx context.Context) error {
 }
 
 // startWorker starts a worker with a new name and a window drawn from
-// the configured range.
+// the configured range. It talks to the simulator through a listener of
+// its own of the backend tap.
 func (h *Harness) startWorker() error {
 	h.started["w"]++
 	name := fmt.Sprintf("w%d", h.started["w"])
 	window := h.cfg.WindowMin + h.rng.IntN(h.cfg.WindowMax-h.cfg.WindowMin+1)
+	backend, err := h.tap.listen(name)
+	if err != nil {
+		return err
+	}
 	p, err := h.start(name, "work", "--nats", h.NATSURL(), "--run", h.cfg.Run,
-		"--backend", "http://"+h.simAddr, "--window", strconv.Itoa(window), "--name", name,
+		"--backend", backend, "--window", strconv.Itoa(window), "--name", name,
 		"--grace", "2s", "--first-token-timeout", h.cfg.StallTimeout.String(), "--idle-timeout", h.cfg.StallTimeout.String(),
 		"--api-key-file", h.keyFile)
 	if err != nil {

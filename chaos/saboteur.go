@@ -233,6 +233,7 @@ func (h *Harness) superviseWorkers() error {
 			continue
 		}
 		h.noteUnexpected(w, how)
+		h.tap.stop(w.name)
 		h.workers = slices.Delete(h.workers, i, i+1)
 		i--
 		if err := h.startWorker(); err != nil {
@@ -257,6 +258,7 @@ func (h *Harness) killWorker() error {
 	i := h.rng.IntN(len(h.workers))
 	w := h.workers[i]
 	w.kill()
+	h.tap.stop(w.name)
 	h.workers = slices.Delete(h.workers, i, i+1)
 	h.kills.Workers++
 	h.log("kill -9 worker %s (pid %d, up %v) at %s", w.name, w.pid(), time.Since(w.started).Round(time.Millisecond), &h.progress)

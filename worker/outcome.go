@@ -140,13 +140,16 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 		// count them as interim.
 		w.interimTurns.Add(-int64(j.stored))
 		j.stored = 0
+		if j.all && j.k > 1 {
+			// Before the ack, so that a worker that dies in between
+			// leaves the prompt to be redelivered, and the turns to be
+			// removed then (see settledBefore).
+			w.purgeTurns(ctx, j.p.Unit())
+		}
 		if aerr := d.ack(ctx); aerr != nil {
 			// The result is stored: a redelivery finds it there and is
 			// acknowledged without being generated again.
 			log.Warn("ack failed after result was stored", "err", aerr)
-		}
-		if j.all && j.k > 1 {
-			w.purgeTurns(ctx, j.p.Unit())
 		}
 		w.completed.Add(1)
 	case retry:

@@ -37,6 +37,10 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
 	} else {
 		err = w.answerLast(ctx, d, j)
 	}
+	if errors.Is(err, errAnswered) {
+		w.settleAnswered(ctx, d, j)
+		return
+	}
 	w.settle(ctx, d, j, err)
 }
 

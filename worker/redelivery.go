@@ -35,12 +35,14 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 		return false
 	}
 	if res != nil {
+		if j.all && j.k > 1 {
+			// Its worker may have died before removing them. Removed
+			// before the ack: a worker that dies in between leaves the
+			// prompt to be redelivered and removes them then.
+			w.purgeTurns(ctx, p.Unit())
+		}
 		if err := d.ack(ctx); err != nil {
 			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
-		}
-		if j.all && j.k > 1 {
-			// Its worker may have died before removing them.
-			w.purgeTurns(ctx, p.Unit())
 		}
 		w.alreadySettled.Add(1)
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
@@ -61,6 +63,24 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 	w.alreadySettled.Add(1)
 	log.Info("redelivered prompt was dead-lettered on an earlier delivery: terminated without generating it")
 	return true
+}
+
+// settleAnswered ends a delivery of a conversation that another delivery
+// answered while this one was generating it (both ran at once after a
+// redelivery; see answered): the turns are removed again, as this
+// delivery may have stored one after the other removed them, and the
+// prompt is acknowledged, as a redelivery that finds the result is.
+func (w *Worker) settleAnswered(ctx context.Context, d *delivery, j *job) {
+	log := w.log.With("id", j.p.ID, "delivery", d.attempt, "turn", len(j.turns))
+	if j.p.Sample > 0 {
+		log = log.With("sample", j.p.Sample)
+	}
+	w.purgeTurns(ctx, j.p.Unit())
+	if err := d.ack(ctx); err != nil {
+		log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
+	}
+	w.alreadySettled.Add(1)
+	log.Info("conversation answered by another delivery meanwhile: acknowledged without generating its other turns")
 }
 
 // lastStored returns the message stored on subject in s, or nil when

@@ -54,6 +54,9 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		j.turns[i] = stored
 		j.stored++
 		w.interimTurns.Add(1)
+		if w.answered(ctx, j) {
+			return errAnswered
+		}
 		if d.attempt > 1 {
 			// The next turn starts with the run's max_attempts: failures
 			// of the turns before it are not its own.
@@ -61,6 +64,21 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		}
 	}
 	return nil
+}
+
+// errAnswered ends a delivery of a conversation whose result another
+// delivery, running at the same time after a redelivery, has stored:
+// nothing more this one generates would be kept.
+var errAnswered = errors.New("another delivery stored the conversation's result")
+
+// answered reports whether the result of j is stored. A delivery looks
+// after each turn it stores: when another delivery of the conversation
+// stored its result and removed its turns before this turn was stored,
+// this delivery is the one left to remove it (see settleAnswered). A
+// failed look-up counts as not answered: the conversation goes on.
+func (w *Worker) answered(ctx context.Context, j *job) bool {
+	m, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, j.p.Unit()))
+	return err == nil && m != nil
 }
 
 // turnContext returns the messages of turn i of a conversation: msgs up

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -292,6 +294,51 @@ func TestFirstStoredTurnWins(t *testing.T) {
 	r := b.unitResults(t)["c1"]
 	if r == nil || r.Turns != 2 || r.Messages[2].Content != "the other answer" || r.PromptTokens != 7+40 {
 		t.Fatalf("result %+v, want the stored turn 1 in it and its usage counted", r)
+	}
+}
+
+// A delivery that finds, after storing a turn, that another delivery of
+// the conversation (running at the same time after a redelivery) has
+// stored its result and removed its turns stops there: it generates no
+// more turns, removes the turn it stored after the removal, which nobody
+// else would, and acknowledges the prompt.
+func TestConversationAnsweredMeanwhileStops(t *testing.T) {
+	m := schema.Manifest{Run: "answered", Turns: schema.TurnsAll}
+	p := conversation("c1", 3)
+	b := setupUnits(t, m, []schema.Prompt{p}, provision.Options{})
+	other := &schema.Result{Run: b.run, ID: "c1", Messages: p.Messages, Content: "the other answer", FinishReason: "stop", Turns: 3, Worker: "other"}
+	srv, url := newChatServer(t, &chatServer{reply: func(ctx context.Context, r *chatRequest) chatReply {
+		if r.Last == "u2 c1" {
+			// The other delivery finishes the conversation while this one
+			// generates turn 2: it stores the result, then removes the
+			// stored turns.
+			data, err := schema.EncodeResult(other)
+			if err != nil {
+				t.Error(err)
+			}
+			if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, p.Unit()), data); err != nil {
+				t.Error(err)
+			}
+			s, err := b.js.Stream(ctx, schema.TurnsStream)
+			if err == nil {
+				err = s.Purge(ctx, jetstream.WithPurgeSubject(schema.TurnsFilter(b.run, p.Unit())))
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		return chatReply{}
+	}})
+	b.start(t, worker.Config{Window: 2}, url)
+	b.waitSettled(t, 20*time.Second)
+	if n := srv.asked("u3 c1"); n != 0 {
+		t.Errorf("turn 3 was asked %d times after the conversation was answered", n)
+	}
+	if turns := b.storedTurns(t); len(turns) != 0 {
+		t.Errorf("%d stored turns left: %+v", len(turns), turns)
+	}
+	if r := b.unitResults(t)["c1"]; r == nil || r.Worker != "other" {
+		t.Errorf("result %+v, want the other delivery's", r)
 	}
 }
 
