@@ -27,6 +27,13 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 	if err := w.loadTurns(ctx, j); err != nil {
 		return err
 	}
+	if d.attempt > 1 && w.answered(ctx, j) {
+		// Another delivery of this prompt, running beside this one, stored
+		// its result after settledBefore looked and removed the turns
+		// before loadTurns did: a result is stored before its turns are
+		// removed, so looking again after loading them cannot miss both.
+		return errAnswered
+	}
 	for i := len(j.turns); i < j.k; i++ {
 		if err := l.acquire(ctx); err != nil {
 			return err
