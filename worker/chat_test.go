@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
@@ -188,46 +187,13 @@ func conversation(id string, turns int) schema.Prompt {
 func setupUnits(t *testing.T, m schema.Manifest, prompts []schema.Prompt, opts provision.Options) *bundle {
 	t.Helper()
 	srv, _, js := brokertest.Provisioned(t)
-	b := &bundle{srv: srv, js: js, run: m.Run}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := provision.WorkersConsumer(ctx, js, b.run, opts); err != nil {
+	if _, err := provision.WorkersConsumer(ctx, js, m.Run, opts); err != nil {
 		t.Fatal(err)
 	}
-	if m.Model == "" {
-		m.Model = "test-model"
-	}
-	if m.Total == 0 {
-		m.Total = len(prompts)
-	}
-	kv, err := provision.RunsBucket(ctx, js, provision.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := schema.EncodeManifest(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, m.Run, data); err != nil {
-		t.Fatal(err)
-	}
-	for i := range prompts {
-		p := prompts[i]
-		p.Run = m.Run
-		data, err := schema.EncodePrompt(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := nats.NewMsg(schema.PromptSubject(m.Run, p.Unit()))
-		msg.Data = data
-		msg.Header.Set(schema.HeaderMsgID, schema.MsgID(m.Run, p.Unit()))
-		msg.Header.Set(schema.HeaderPromptID, p.ID)
-		msg.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
-		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b
+	brokertest.Queue(t, js, m, prompts)
+	return &bundle{srv: srv, js: js, run: m.Run}
 }
 
 // unitResults returns the stored results by unit key, failing on a
