@@ -109,7 +109,11 @@ type Summary struct {
 // String is the summary as one sentence per fact, for a person.
 func (s Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d lines written (%s)", s.Written, s.Format)
+	lines := "lines"
+	if s.Written == 1 {
+		lines = "line"
+	}
+	fmt.Fprintf(&b, "%d %s written (%s)", s.Written, lines, s.Format)
 	if s.Failed > 0 {
 		fmt.Fprintf(&b, ", %d of them failed units", s.Failed)
 	}
