@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
@@ -24,8 +25,8 @@ import (
 
 // Output file names inside <data-dir>/<run>/.
 const (
-	CompletionsFile = "completions.jsonl"
-	FailedFile      = "failed.jsonl"
+	CompletionsFile = dataset.CompletionsFile
+	FailedFile      = dataset.FailedFile
 	EventsFile      = "events.jsonl"
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -119,7 +120,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 			continue
 		}
 		seen[key] = true
-		if err := enc.Encode(newCompletionLine(r)); err != nil {
+		if err := enc.Encode(dataset.NewCompletionLine(r)); err != nil {
 			a.mu.Unlock()
 			return err
 		}
@@ -196,14 +197,14 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 		if a.failed.final(key) {
 			if a.failed.newer(key, d.FailedAt) {
 				var line bytes.Buffer
-				if err := newEncoder(&line).Encode(newFailedLine(d)); err != nil {
+				if err := newEncoder(&line).Encode(dataset.NewFailedLine(d)); err != nil {
 					return err
 				}
 				replace[key], replacedAt[key], replacedRequests[key] = line.Bytes(), d.FailedAt, n
 			}
 			continue
 		}
-		if err := enc.Encode(newFailedLine(d)); err != nil {
+		if err := enc.Encode(dataset.NewFailedLine(d)); err != nil {
 			return err
 		}
 		keys = append(keys, key)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
 )
@@ -49,7 +50,7 @@ func TestCompletionLineShape(t *testing.T) {
 		`"usage":{"prompt_tokens":14,"completion_tokens":16},"model":"m","params":{"max_tokens":64,"seed":8},` +
 		`"worker":"w","attempts":1,"ttft_ms":5,"latency_ms":9,"finished_at":"2026-12-01T10:00:00Z",` +
 		`"prompt_token_ids":[1,2,3,4],"token_ids":[5,6]}`
-	if got := encodeLine(t, newCompletionLine(r)); got != want {
+	if got := encodeLine(t, dataset.NewCompletionLine(r)); got != want {
 		t.Errorf("line\n got %s\nwant %s", got, want)
 	}
 
@@ -58,7 +59,7 @@ func TestCompletionLineShape(t *testing.T) {
 	old := &schema.Result{ID: "p", Messages: []schema.Message{{Role: "user", Content: "q"}}, Content: "a", FinishReason: "stop", FinishedAt: at}
 	want = `{"id":"p","sample":0,"messages":[{"role":"user","content":"q"}],"reasoning":"","content":"a","finish_reason":"stop","turns":1,` +
 		`"usage":{"prompt_tokens":0,"completion_tokens":0},"model":"","params":{},"worker":"","attempts":0,"ttft_ms":0,"latency_ms":0,"finished_at":"2026-12-01T10:00:00Z"}`
-	if got := encodeLine(t, newCompletionLine(old)); got != want {
+	if got := encodeLine(t, dataset.NewCompletionLine(old)); got != want {
 		t.Errorf("old result's line\n got %s\nwant %s", got, want)
 	}
 }
@@ -72,11 +73,11 @@ func TestFailedLineShape(t *testing.T) {
 		Reason: schema.ReasonExhausted, Error: "boom", Attempts: 5, Worker: "w", FailedAt: at, Params: &schema.Params{Temperature: &temp}}
 	want := `{"id":"c1","sample":2,"turn":3,"messages":[{"role":"user","content":"hi"}],"reason":"retries-exhausted","error":"boom",` +
 		`"attempts":5,"worker":"w","failed_at":"2026-12-01T10:00:00Z","params":{"temperature":0.5}}`
-	if got := encodeLine(t, newFailedLine(d)); got != want {
+	if got := encodeLine(t, dataset.NewFailedLine(d)); got != want {
 		t.Errorf("line\n got %s\nwant %s", got, want)
 	}
 	d.Sample, d.Turn, d.Params = 0, 0, nil
-	if got := encodeLine(t, newFailedLine(d)); !strings.Contains(got, `"sample":0,"messages"`) || strings.Contains(got, "params") {
+	if got := encodeLine(t, dataset.NewFailedLine(d)); !strings.Contains(got, `"sample":0,"messages"`) || strings.Contains(got, "params") {
 		t.Errorf("sample 0 without turn or params: %s", got)
 	}
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,5 +71,44 @@ func TestHelpAndVersion(t *testing.T) {
 		if code := p.exit(t, time.Minute); code != 0 || p.stdout.String() != fmt.Sprintf("aerie %s\n", testVersion) {
 			t.Errorf("aerie %s: exit %d, printed %q", arg, code, p.stdout.String())
 		}
+	}
+}
+
+// aerie export is a listed command; it writes a run's answers from its
+// files, says what it wrote and left out, and refuses an unknown format
+// naming the ones it has.
+func TestExportCommand(t *testing.T) {
+	bin := buildAerie(t)
+	p := aerie(t, bin, "help")
+	if code := p.exit(t, time.Minute); code != 0 || !strings.Contains(p.stderr.String(), "  export ") {
+		t.Errorf("aerie help does not list export (exit %d):\n%s", code, p.stderr.String())
+	}
+	h := aerie(t, bin, "help", "export")
+	if code := h.exit(t, time.Minute); code != 0 || !strings.Contains(h.stderr.String(), `"<id>#<k>"`) || !strings.Contains(h.stderr.String(), "-include-truncated") {
+		t.Errorf("aerie help export (exit %d):\n%s", code, h.stderr.String())
+	}
+
+	dir := t.TempDir()
+	runDir := filepath.Join(dir, "demo")
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"id":"p1","sample":0,"messages":[{"role":"user","content":"hi"}],"reasoning":"r","content":"hello","finish_reason":"stop","turns":1}` + "\n" +
+		`{"id":"p2","sample":0,"messages":[{"role":"user","content":"go on"}],"reasoning":"","content":"and on","finish_reason":"length","truncated":true,"turns":1}` + "\n"
+	if err := os.WriteFile(filepath.Join(runDir, "completions.jsonl"), []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "sf.jsonl")
+	p = aerie(t, bin, "export", "--run", "demo", "--data-dir", dir, "--format", "specforge", "--out", out)
+	if code := p.exit(t, time.Minute); code != 0 || !strings.Contains(p.stderr.String(), "1 line written") || !strings.Contains(p.stderr.String(), "1 truncated") {
+		t.Errorf("aerie export: exit %d\n%s", code, p.stderr.String())
+	}
+	want := `{"id":"p1","conversations":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello","reasoning_content":"r"}]}` + "\n"
+	if b, _ := os.ReadFile(out); string(b) != want {
+		t.Errorf("wrote %q, want %q", b, want)
+	}
+	p = aerie(t, bin, "export", "--run", "demo", "--data-dir", dir, "--format", "alpaca", "--out", out)
+	if code := p.exit(t, time.Minute); code != 1 || !strings.Contains(p.stderr.String(), "sharegpt") {
+		t.Errorf("unknown format: exit %d\n%s", code, p.stderr.String())
 	}
 }

@@ -1,0 +1,182 @@
+package dataset_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aerie-dev/aerie/dataset"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected export files in testdata")
+
+// qwenTemplate is a chat template in the style of Qwen3's: ChatML turns,
+// and the last answer's reasoning_content rendered between think tags
+// before its content.
+const qwenTemplate = `{%- for message in messages -%}
+{%- if message.role == 'assistant' and loop.last and message.reasoning_content -%}
+{{ '<|im_start|>assistant\n<think>\n' + message.reasoning_content + '\n</think>\n\n' + message.content + '<|im_end|>\n' }}
+{%- else -%}
+{{ '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endif -%}
+{%- endfor -%}`
+
+// kimiTemplate is a chat template in the style of Kimi-K2's: its own
+// role markers, and assistant turns rendered from content alone, so the
+// reasoning is dropped.
+const kimiTemplate = `{%- for message in messages -%}
+{{ '<|im_' + message.role + '|>' + message.role + '<|im_middle|>' + message.content + '<|im_end|>' }}
+{%- endfor -%}`
+
+func export(t *testing.T, src dataset.Source, opts dataset.ExportOptions) (string, dataset.Summary, error) {
+	t.Helper()
+	var b bytes.Buffer
+	if opts.Run == "" {
+		opts.Run = "demo"
+	}
+	sum, err := dataset.Export(context.Background(), src, &b, opts)
+	return b.String(), sum, err
+}
+
+// Each format, exported from a run holding the OpenAI Batch guide's
+// request-1 and request-2 (request-2 with three samples, one failed), a
+// conversation regenerated turn by turn, a truncated answer and a prompt
+// refused for its length, equals its expected file: the shapes of
+// SpecForge's, ShareGPT's, OpenAI Batch's and speculators' own examples.
+func TestExportFormats(t *testing.T) {
+	tmpl, err := dataset.ParseChatTemplate([]byte(qwenTemplate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		file    string
+		opts    dataset.ExportOptions
+		written int
+		leftOut map[string]int
+	}{
+		{"specforge.jsonl", dataset.ExportOptions{Format: dataset.FormatSpecForge}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
+		{"sharegpt.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
+		{"sharegpt-tags.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT, ThinkOpen: "<reasoning>", ThinkClose: "</reasoning>"}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
+		{"openai-batch.jsonl", dataset.ExportOptions{Format: dataset.FormatOpenAIBatch}, 6, map[string]int{dataset.LeftOutTruncated: 1}},
+		{"text.jsonl", dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
+		{"speculators.jsonl", dataset.ExportOptions{Format: dataset.FormatSpeculators}, 3, map[string]int{dataset.LeftOutTruncated: 1, dataset.LeftOutNoTokenIDs: 1}},
+	}
+	for _, c := range cases {
+		got, sum, err := export(t, dataset.Files("testdata/run"), c.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		want := filepath.Join("testdata", "export", c.file)
+		if *update {
+			if err := os.WriteFile(want, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := os.ReadFile(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(b) {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.file, got, b)
+		}
+		if sum.Written != c.written || len(sum.LeftOut) != len(c.leftOut) {
+			t.Errorf("%s: summary %+v, want %d written, left out %v", c.file, sum, c.written, c.leftOut)
+		}
+		for r, n := range c.leftOut {
+			if sum.LeftOut[r] != n {
+				t.Errorf("%s: %d left out as %s, want %d", c.file, sum.LeftOut[r], r, n)
+			}
+		}
+		for i, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
+			if !json.Valid([]byte(line)) {
+				t.Errorf("%s:%d is not JSON: %s", c.file, i+1, line)
+			}
+		}
+	}
+}
+
+// --include-truncated keeps the answer cut at max_tokens, and the summary
+// says none was left out.
+func TestIncludeTruncated(t *testing.T) {
+	got, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge, IncludeTruncated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Written != 5 || len(sum.LeftOut) != 0 || !strings.Contains(got, `"id":"long-4"`) {
+		t.Errorf("summary %+v, output:\n%s", sum, got)
+	}
+	if !strings.Contains(sum.String(), "5 lines written") || !strings.Contains(sum.String(), "none left out") {
+		t.Errorf("summary reads %q", sum)
+	}
+	_, sum, _ = export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge})
+	if s := sum.String(); !strings.Contains(s, "1 left out: 1 truncated") || !strings.Contains(s, "--include-truncated") {
+		t.Errorf("summary reads %q", s)
+	}
+}
+
+// Every sample of a prompt has its own id: the prompt's for sample 0,
+// "<id>#<k>" for sample k, in every format.
+func TestSampleIDs(t *testing.T) {
+	for _, f := range []string{dataset.FormatSpecForge, dataset.FormatShareGPT, dataset.FormatSpeculators} {
+		got, _, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSpace(got), "\n") {
+			var l struct{ ID string }
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatal(err)
+			}
+			ids[l.ID]++
+		}
+		if ids["request-2"] != 1 || ids["request-2#1"] != 1 {
+			t.Errorf("%s: ids %v", f, ids)
+		}
+	}
+	got, _, _ := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatOpenAIBatch})
+	if !strings.Contains(got, `"custom_id":"request-2#2","response":null`) {
+		t.Errorf("the failed third sample is not request-2#2:\n%s", got)
+	}
+}
+
+// A run without token ids cannot be exported for speculators; the error
+// says how to get them, and no file is left behind.
+func TestSpeculatorsWithoutTokenIDs(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("testdata/run/completions.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, line := range strings.Split(strings.TrimSpace(string(src)), "\n") {
+		var l dataset.CompletionLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		l.PromptTokenIDs, l.TokenIDs = nil, nil
+		b, _ := json.Marshal(l)
+		lines = append(lines, string(b))
+	}
+	if err := os.WriteFile(filepath.Join(dir, dataset.CompletionsFile), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.jsonl")
+	err = dataset.WriteFileAtomic(out, func(w io.Writer) error {
+		_, err := dataset.Export(context.Background(), dataset.Files(dir), w, dataset.ExportOptions{Format: dataset.FormatSpeculators, Run: "demo"})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "--return-token-ids") {
+		t.Fatalf("export without token ids: %v", err)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed export left %s: %v", out, err)
+	}
+}
