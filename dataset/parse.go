@@ -1,4 +1,4 @@
-package producer
+package dataset
 
 import (
 	"bytes"
@@ -96,6 +96,18 @@ type ParseOptions struct {
 	// dropped as with TurnsLast: its answer is the conversation's last
 	// turn.
 	Turns string
+	// Model is the run's model. An OpenAI Batch line whose body names
+	// another model is refused, naming both; empty checks nothing.
+	Model string
+}
+
+// check says whether o's Turns is a mode.
+func (o ParseOptions) check() error {
+	switch o.Turns {
+	case "", schema.TurnsLast, schema.TurnsAll:
+		return nil
+	}
+	return fmt.Errorf("turns %q: use %s or %s", o.Turns, schema.TurnsLast, schema.TurnsAll)
 }
 
 // Line is one input line as ParseLineWith reads it.
@@ -235,7 +247,7 @@ func finishID(raw json.RawMessage, msgs []schema.Message) (string, []schema.Mess
 	if !present(raw) {
 		return ContentID(msgs), msgs, true, nil
 	}
-	id, err := parseID(raw)
+	id, err := ParseID(raw)
 	if err != nil {
 		return "", nil, false, err
 	}
@@ -403,7 +415,7 @@ func parseRole(t turnFields, n int) (string, error) {
 		role, ok = roleNames[strings.ToLower(s)]
 	}
 	if !ok {
-		return "", fmt.Errorf("message %d: unknown %s %q: use system, user (or human) or assistant (or gpt)", n, name, truncate(s, 40))
+		return "", fmt.Errorf("message %d: unknown %s %q: use system, user (or human) or assistant (or gpt)", n, name, Truncate(s, 40))
 	}
 	return role, nil
 }
@@ -488,19 +500,8 @@ func describe(raw json.RawMessage) string {
 	if raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
-			return fmt.Sprintf("%q", truncate(s, 40))
+			return fmt.Sprintf("%q", Truncate(s, 40))
 		}
 	}
 	return kindOf(raw)
-}
-
-// truncate shortens s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
