@@ -64,6 +64,11 @@ type turnFields struct {
 //	{"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}   (SpecForge)
 //	{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]} (ShareGPT)
 //	{"id": ..., "prompt": "..."}                                         (one user message)
+//	{"custom_id": ..., "method": "POST", "url": "/v1/chat/completions",
+//	 "body": {"model": ..., "messages": [...], ...}}                      (OpenAI Batch)
+//
+// An OpenAI Batch line (one with custom_id and body) has its id in
+// custom_id and its parameters in the body (see parseBatch).
 //
 // Each may carry a "params" object of request parameters for this prompt
 // alone (see schema.ParamsFromJSON), e.g. {"temperature": 0.2, "top_k":
@@ -81,7 +86,7 @@ type turnFields struct {
 //
 // ParseLine never panics; its error says what is wrong with the line.
 func ParseLine(line []byte) (id string, msgs []schema.Message, err error) {
-	l, err := parseLine(line, false)
+	l, err := ParseLineWith(line, ParseOptions{})
 	return l.ID, l.Messages, err
 }
 
@@ -133,14 +138,13 @@ type Line struct {
 // shapes) as opts say. It never panics; its error says what is wrong
 // with the line, or that opts.Turns is not a mode.
 func ParseLineWith(line []byte, opts ParseOptions) (Line, error) {
-	switch opts.Turns {
-	case "", schema.TurnsLast:
-		return parseLine(line, false)
-	case schema.TurnsAll:
-		return parseLine(line, true)
-	default:
-		return Line{}, fmt.Errorf("turns %q: use %s or %s", opts.Turns, schema.TurnsLast, schema.TurnsAll)
+	if err := opts.check(); err != nil {
+		return Line{}, err
 	}
+	if f, ok := asBatch(line); ok {
+		return parseBatch(f, opts)
+	}
+	return parseLine(line, opts.Turns == schema.TurnsAll)
 }
 
 // parseLine reads a line; all selects --turns all. A well-formed line is

@@ -136,7 +136,7 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	}
 
 	path := s.cfg.PromptsFile
-	var opts dataset.ParseOptions
+	opts := dataset.ParseOptions{Model: model}
 	if s.manifest != nil {
 		opts.Turns = s.manifest.TurnsMode()
 	}

@@ -165,7 +165,7 @@ func (c Config) turnsAll() bool { return c.Turns == schema.TurnsAll }
 
 // parseOptions says how the prompts file's records are read.
 func (c Config) parseOptions() dataset.ParseOptions {
-	return dataset.ParseOptions{Turns: c.Turns}
+	return dataset.ParseOptions{Turns: c.Turns, Model: c.Model}
 }
 
 func (c Config) withDefaults() Config {
