@@ -88,7 +88,11 @@ func Open(path string, opts ParseOptions) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	r.close = f.Close
+	closeRows := r.close
+	r.close = func() error {
+		closeRows()
+		return f.Close()
+	}
 	return r, nil
 }
 
