@@ -2,14 +2,14 @@ package chaos
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 
-	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -82,39 +82,43 @@ type inputPrompt struct {
 // readInput reads a prompts file the way produce does, with --turns all
 // if turnsAll.
 func readInput(path string, turnsAll bool) ([]inputPrompt, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	opts := producer.ParseOptions{Turns: schema.TurnsLast}
+	opts := dataset.ParseOptions{Turns: schema.TurnsLast}
 	if turnsAll {
 		opts.Turns = schema.TurnsAll
 	}
+	rd, err := dataset.Open(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	// The texts of the input's assistant turns, which --turns all does
+	// not keep, from the same records read as --turns last.
+	texts, err := dataset.Open(path, dataset.ParseOptions{Turns: schema.TurnsLast})
+	if err != nil {
+		return nil, err
+	}
+	defer texts.Close()
 	var input []inputPrompt
-	r := bufio.NewReaderSize(f, 1<<20)
-	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			l, perr := producer.ParseLineWith(line, opts)
-			if perr != nil {
-				return nil, fmt.Errorf("%s:%d: %w", path, n, perr)
-			}
-			// The texts of the input's assistant turns, which --turns all
-			// does not keep, from the same line read as --turns last.
-			_, texts, perr := producer.ParseLine(line)
-			if perr != nil || len(texts) != len(l.Messages) {
-				return nil, fmt.Errorf("%s:%d: the line reads as %d messages with --turns %s and %d without: %v",
-					path, n, len(l.Messages), opts.Turns, len(texts), perr)
-			}
-			input = append(input, inputPrompt{ID: l.ID, Messages: texts})
-		}
-		if err == io.EOF {
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
 			return input, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		last, err := texts.Next()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if rec.Err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, rec.N, rec.Err)
+		}
+		if last.Err != nil || len(last.Line.Messages) != len(rec.Line.Messages) {
+			return nil, fmt.Errorf("%s:%d: the %s reads as %d messages with --turns %s and %d without: %v",
+				path, rec.N, rd.Unit(), len(rec.Line.Messages), opts.Turns, len(last.Line.Messages), last.Err)
+		}
+		input = append(input, inputPrompt{ID: rec.Line.ID, Messages: last.Line.Messages})
 	}
 }
 

@@ -1,17 +1,14 @@
 package doctor
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
-	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -40,56 +37,58 @@ func estimateTokens(msgs []schema.Message) int {
 
 // promptSize locates one prompt and its estimated length.
 type promptSize struct {
+	unit   string // "line" or "row"
 	line   int
 	id     string
 	tokens int
 }
 
 func (p promptSize) String() string {
-	return fmt.Sprintf("line %d (id %q) about %d tokens", p.line, truncate(p.id, 60), p.tokens)
+	return fmt.Sprintf("%s %d (id %q) about %d tokens", p.unit, p.line, dataset.Truncate(p.id, 60), p.tokens)
 }
 
 // promptScan summarises a prompts file.
 type promptScan struct {
 	prompts int          // valid prompts
-	invalid int          // lines that are not valid prompts
+	invalid int          // records that are not valid prompts
+	unit    string       // "line" or "row"
 	longest promptSize   // the longest valid prompt
 	over    int          // prompts longer than the limit
 	named   []promptSize // the first few of them, in file order
 	err     error
 }
 
-// scanPrompts reads path line by line, as opts say (the run's turns
-// mode), and compares every valid prompt's estimated length with limit.
-// It stops early when ctx ends.
-func scanPrompts(ctx context.Context, path string, limit int, opts producer.ParseOptions) promptScan {
+// scanPrompts reads the prompts file at path record by record, as opts
+// say (the run's turns mode), and compares every valid prompt's estimated
+// length with limit. It stops early when ctx ends.
+func scanPrompts(ctx context.Context, path string, limit int, opts dataset.ParseOptions) promptScan {
 	var sc promptScan
-	f, err := os.Open(path)
+	rd, err := dataset.Open(path, opts)
 	if err != nil {
 		sc.err = err
 		return sc
 	}
-	defer f.Close()
-	lines := bufio.NewScanner(f)
-	lines.Buffer(make([]byte, 0, 256<<10), producer.MaxLineBytes+2)
-	n := 0
-	for lines.Scan() {
-		n++
-		if n%1024 == 0 && ctx.Err() != nil {
-			sc.err = fmt.Errorf("stopped at line %d: %w", n, ctx.Err())
+	defer rd.Close()
+	sc.unit = rd.Unit()
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
 			return sc
 		}
-		data := bytes.TrimSuffix(lines.Bytes(), []byte("\r"))
-		if len(bytes.TrimSpace(data)) == 0 {
-			continue
-		}
-		l, err := producer.ParseLineWith(data, opts)
 		if err != nil {
+			sc.err = err
+			return sc
+		}
+		if rec.N%1024 == 0 && ctx.Err() != nil {
+			sc.err = fmt.Errorf("stopped at %s %d: %w", rd.Unit(), rec.N, ctx.Err())
+			return sc
+		}
+		if rec.Err != nil {
 			sc.invalid++
 			continue
 		}
 		sc.prompts++
-		p := promptSize{line: n, id: l.ID, tokens: estimateTokens(l.Messages)}
+		p := promptSize{unit: rd.Unit(), line: rec.N, id: rec.Line.ID, tokens: estimateTokens(rec.Line.Messages)}
 		if p.tokens > sc.longest.tokens {
 			sc.longest = p
 		}
@@ -100,13 +99,6 @@ func scanPrompts(ctx context.Context, path string, limit int, opts producer.Pars
 			}
 		}
 	}
-	if err := lines.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			err = fmt.Errorf("line %d is longer than %s: no server accepts a prompt that large", n+1, formatBytes(producer.MaxLineBytes))
-		}
-		sc.err = err
-	}
-	return sc
 }
 
 // checkContextLength compares every prompt of the prompts file, with the
@@ -144,7 +136,7 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	}
 
 	path := s.cfg.PromptsFile
-	var opts producer.ParseOptions
+	opts := dataset.ParseOptions{Model: model}
 	if s.manifest != nil {
 		opts.Turns = s.manifest.TurnsMode()
 	}
@@ -159,7 +151,7 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	file := filepath.Base(s.cfg.PromptsFile)
 	notes := ""
 	if sc.invalid > 0 {
-		notes = fmt.Sprintf("; %s not valid prompts (aerie produce --dry-run lists them)", plural(sc.invalid, "line"))
+		notes = fmt.Sprintf("; %s not valid prompts (aerie produce --dry-run lists them)", plural(sc.invalid, sc.unit))
 	}
 	if opts.Turns == schema.TurnsAll {
 		// The input's answers are not sent: the model's own take their
@@ -189,15 +181,4 @@ func checkContextLength(ctx context.Context, s *session) Result {
 			"%s, within %.0f%% of the limit%s", fits, (1-nearLimit)*100, notes)
 	}
 	return pass("%s%s", fits, notes)
-}
-
-// truncate shortens s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

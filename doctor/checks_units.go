@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/aerie-dev/aerie/dataset"
 )
 
 // execKeys are the unit settings whose value is a command line.
@@ -190,7 +192,7 @@ func (sc *unitsScan) checkCommand(c unitCommand) {
 		return // an empty setting resets the list
 	}
 	sc.commands++
-	shown := fmt.Sprintf("%s: %s=%s", c.where(), c.key, truncate(c.value, 60))
+	shown := fmt.Sprintf("%s: %s=%s", c.where(), c.key, dataset.Truncate(c.value, 60))
 	if strings.ContainsAny(exe, "%$") {
 		sc.unchecked = append(sc.unchecked, fmt.Sprintf("%s: %s", c.where(), exe))
 		return

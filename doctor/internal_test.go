@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -72,11 +72,11 @@ func TestScanPromptsTurnsAll(t *testing.T) {
 	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	last := scanPrompts(context.Background(), path, 50, producer.ParseOptions{})
+	last := scanPrompts(context.Background(), path, 50, dataset.ParseOptions{})
 	if last.prompts != 1 || last.invalid != 1 || last.over != 1 {
 		t.Errorf("turns last: %+v", last)
 	}
-	all := scanPrompts(context.Background(), path, 50, producer.ParseOptions{Turns: schema.TurnsAll})
+	all := scanPrompts(context.Background(), path, 50, dataset.ParseOptions{Turns: schema.TurnsAll})
 	if all.prompts != 2 || all.invalid != 0 || all.over != 0 {
 		t.Errorf("turns all: %+v", all)
 	}

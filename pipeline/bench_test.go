@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/pipeline"
-	"github.com/aerie-dev/aerie/producer"
 	"github.com/aerie-dev/aerie/simulator"
 )
 
@@ -157,7 +157,7 @@ func readRequests(b *testing.B, path string) []openai.ChatRequest {
 	for sc.Scan() {
 		// The same messages aerie sends, so the simulator gives the same
 		// answer lengths.
-		_, msgs, err := producer.ParseLine(sc.Bytes())
+		_, msgs, err := dataset.ParseLine(sc.Bytes())
 		if err != nil {
 			b.Fatal(err)
 		}

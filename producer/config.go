@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -42,7 +43,7 @@ type Config struct {
 	// schema.ValidateRun.
 	Run string
 	// PromptsFile is the JSONL input, read twice (validate, then publish)
-	// and never held in memory whole. See ParseLine for the accepted line
+	// and never held in memory whole. See dataset.ParseLine for the accepted line
 	// shapes.
 	PromptsFile string
 	// Model is the model every worker of the run generates with; it is
@@ -57,7 +58,7 @@ type Config struct {
 	// Turns is which assistant turns the run generates: schema.TurnsLast
 	// (or empty, the same) answers each conversation as given;
 	// schema.TurnsAll regenerates every assistant turn of it, in order
-	// (see ParseOptions for how lines are read then). Stored in the
+	// (see dataset.ParseOptions for how lines are read then). Stored in the
 	// manifest.
 	Turns string
 	// ContextReasoning is, with TurnsAll, what an earlier generated
@@ -161,6 +162,11 @@ func (c Config) samples() int { return max(c.Samples, 1) }
 
 // turnsAll reports whether every assistant turn is regenerated.
 func (c Config) turnsAll() bool { return c.Turns == schema.TurnsAll }
+
+// parseOptions says how the prompts file's records are read.
+func (c Config) parseOptions() dataset.ParseOptions {
+	return dataset.ParseOptions{Turns: c.Turns, Model: c.Model}
+}
 
 func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {

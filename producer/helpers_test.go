@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -232,3 +233,10 @@ func (f *errFuture) Err() <-chan error            { return f.err }
 func (f *errFuture) Msg() *nats.Msg               { return f.msg }
 
 var _ jetstream.PubAckFuture = (*errFuture)(nil)
+
+func user(s string) schema.Message   { return schema.Message{Role: "user", Content: s} }
+func system(s string) schema.Message { return schema.Message{Role: "system", Content: s} }
+
+func sameMessages(a, b []schema.Message) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -18,7 +19,7 @@ import (
 var expectHeaderSize = len(jetstream.ExpectedLastSubjSeqHeader) + len(": 0\r\n")
 
 // linePrompt is the prompt a parsed line queues, for sample 0.
-func linePrompt(run, source string, l Line) *schema.Prompt {
+func linePrompt(run, source string, l dataset.Line) *schema.Prompt {
 	return &schema.Prompt{Run: run, ID: l.ID, Messages: l.Messages, Source: source, Params: l.Params}
 }
 
@@ -73,7 +74,7 @@ func tokenOf(id string) [16]byte {
 // oversizeReason explains a prompt too large for the server.
 func oversizeReason(id string, size, limit int64) string {
 	return fmt.Sprintf("prompt %q is a %s message, over the server's max_payload of %s: raise max_payload in the nats-server configuration (aerie's embedded server allows %s), or shorten or remove this prompt",
-		truncate(id, 60), formatBytes(size), formatBytes(limit), formatBytes(broker.DefaultMaxPayload))
+		dataset.Truncate(id, 60), formatBytes(size), formatBytes(limit), formatBytes(broker.DefaultMaxPayload))
 }
 
 // formatBytes writes a size in bytes, KiB or MiB with one decimal.

@@ -15,7 +15,6 @@
 package producer
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -154,7 +154,7 @@ func unitNoun(samples int) string {
 func accept(cfg Config, sc *scan) error {
 	rep := &sc.report
 	if rep.Invalid > 0 && !cfg.SkipInvalid {
-		return &InvalidError{File: cfg.PromptsFile, Invalid: rep.Invalid, Problems: rep.Problems}
+		return &InvalidError{File: cfg.PromptsFile, Invalid: rep.Invalid, Problems: rep.Problems, Unit: sc.unit}
 	}
 	if rep.Invalid > 0 {
 		shown := min(len(rep.Problems), shownProblems)
@@ -187,53 +187,55 @@ func publishFile(ctx context.Context, cfg Config, sc *scan, pub *publisher) erro
 	if !os.SameFile(sc.info, info) || info.Size() != sc.info.Size() || !info.ModTime().Equal(sc.info.ModTime()) {
 		return changedError(cfg, "it was replaced or modified after validation")
 	}
+	rd, err := dataset.NewReader(f, cfg.parseOptions())
+	if err != nil {
+		return fmt.Errorf("produce run %s: %s: %w", cfg.Run, cfg.PromptsFile, err)
+	}
+	defer rd.Close()
 	pub.start(ctx)
-	err = feed(ctx, cfg, sc, f, pub)
+	err = feed(ctx, cfg, sc, rd, pub)
 	pub.finish(ctx)
 	return err
 }
 
 // feed reads the file and adds each accepted prompt to the publisher.
-func feed(ctx context.Context, cfg Config, sc *scan, r io.Reader, pub *publisher) error {
+func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, pub *publisher) error {
 	source := filepath.Base(cfg.PromptsFile)
-	lr := newLineReader(r, MaxLineBytes)
+	unit := rd.Unit()
 	queued := 0
 	for {
-		data, tooLong, err := lr.next()
+		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("produce run %s: read %s after line %d: %w", cfg.Run, cfg.PromptsFile, lr.line, err)
+			return fmt.Errorf("produce run %s: %s: %w", cfg.Run, cfg.PromptsFile, err)
 		}
-		if tooLong || len(bytes.TrimSpace(data)) == 0 {
-			continue
-		}
-		l, err := parseLine(data, cfg.turnsAll())
-		if err != nil {
+		if rec.Err != nil {
 			continue // invalid in the validation pass too, or caught by the count below
 		}
+		l, n := rec.Line, rec.N
 		first, ok := sc.ids[tokenOf(l.ID)]
 		if !ok {
-			return changedError(cfg, fmt.Sprintf("line %d holds id %q, which was not there before", lr.line, truncate(l.ID, 60)))
+			return changedError(cfg, fmt.Sprintf("%s %d holds id %q, which was not there before", unit, n, dataset.Truncate(l.ID, 60)))
 		}
-		if first.line != lr.line || first.rejected {
+		if first.line != n || first.rejected {
 			continue // a duplicate, or too large: reported by the validation pass
 		}
-		p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, lr.line), l)
+		p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, n), l)
 		if promptDigest(p) != first.digest {
 			// What is published must be what the manifest's digest covers.
-			return changedError(cfg, fmt.Sprintf("the prompt %q on line %d is not the one validated", truncate(l.ID, 60), lr.line))
+			return changedError(cfg, fmt.Sprintf("the prompt %q on %s %d is not the one validated", dataset.Truncate(l.ID, 60), unit, n))
 		}
 		for k := range cfg.samples() {
 			p.Sample = k
 			msg, err := promptMessage(p)
 			if err != nil {
-				return fmt.Errorf("produce %s line %d: %w", cfg.PromptsFile, lr.line, err)
+				return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, unit, n, err)
 			}
-			if err := pub.add(ctx, &entry{line: lr.line, id: l.ID, sample: k, msg: msg}); err != nil {
-				return fmt.Errorf("produce run %s: stopped at line %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
-					cfg.Run, lr.line, cfg.PromptsFile, err)
+			if err := pub.add(ctx, &entry{line: n, id: l.ID, sample: k, msg: msg}); err != nil {
+				return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
+					cfg.Run, unit, n, cfg.PromptsFile, err)
 			}
 		}
 		queued++

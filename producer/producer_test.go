@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -121,7 +122,7 @@ func TestRunAfterCrashPublishesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, l := range lines[:n/2] {
-		id, msgs, err := ParseLine([]byte(l))
+		id, msgs, err := dataset.ParseLine([]byte(l))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,7 +453,7 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	pub := newPublisher(e.js, cfg, nil, 0, nil)
 	pub.start(ctx)
 	changed := strings.Join(append(promptLines(0, 2), promptLines(10, 3)...), "\n")
-	err = feed(ctx, cfg, sc, strings.NewReader(changed), pub)
+	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "changed.jsonl", strings.Split(changed, "\n"))), pub)
 	pub.finish(ctx)
 	if err == nil || !strings.Contains(err.Error(), "changed while it was being produced") {
 		t.Fatalf("changed file: %v", err)
@@ -464,7 +465,7 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	edited[3] = strings.Replace(edited[3], "question 3", "question 3, edited", 1)
 	pub = newPublisher(e.js, cfg, nil, 0, nil)
 	pub.start(ctx)
-	err = feed(ctx, cfg, sc, strings.NewReader(strings.Join(edited, "\n")), pub)
+	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "edited.jsonl", edited)), pub)
 	pub.finish(ctx)
 	if err == nil || !strings.Contains(err.Error(), `the prompt "p-00003" on line 4 is not the one validated`) {
 		t.Fatalf("edited line: %v", err)
@@ -509,4 +510,15 @@ func TestBackoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openReader opens path as a prompts file, closed when t ends.
+func openReader(t *testing.T, path string) *dataset.Reader {
+	t.Helper()
+	rd, err := dataset.Open(path, dataset.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	return rd
 }

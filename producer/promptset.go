@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -113,7 +113,7 @@ func (e *PromptsConflictError) Error() string {
 func idList(ids []string, total int) string {
 	q := make([]string, len(ids))
 	for i, id := range ids {
-		q[i] = strconv.Quote(truncate(id, 60))
+		q[i] = strconv.Quote(dataset.Truncate(id, 60))
 	}
 	s := strings.Join(q, ", ")
 	if total > len(ids) {
@@ -150,7 +150,7 @@ func checkPromptSet(ctx context.Context, js jetstream.JetStream, cfg Config, sc 
 	}
 	why := "the run's manifest has no prompts digest: it was written before aerie recorded one"
 	if stored.PromptsDigest != "" {
-		why = fmt.Sprintf("the run's prompts digest is of an encoding this aerie does not know (%s)", truncate(stored.PromptsDigest, 12))
+		why = fmt.Sprintf("the run's prompts digest is of an encoding this aerie does not know (%s)", dataset.Truncate(stored.PromptsDigest, 12))
 	}
 	cfg.Logger.Warn("produce: the prompts file cannot be verified against the run; accepted on its prompt count alone",
 		"run", cfg.Run, "file", cfg.PromptsFile, "reason", why,
@@ -224,31 +224,27 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 // of the file's prompts, reading the file again: what is left is queued
 // for prompts the file does not hold.
 func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[string]bool) error {
-	f, err := os.Open(cfg.PromptsFile)
+	rd, err := dataset.Open(cfg.PromptsFile, cfg.parseOptions())
 	if err != nil {
 		return fmt.Errorf("open prompts file again: %w", err)
 	}
-	defer f.Close()
-	lr := newLineReader(f, MaxLineBytes)
+	defer rd.Close()
 	for len(absent) > 0 {
-		data, tooLong, err := lr.next()
+		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read %s after line %d: %w", cfg.PromptsFile, lr.line, err)
+			return fmt.Errorf("%s: %w", cfg.PromptsFile, err)
 		}
-		if lr.line%1024 == 0 && ctx.Err() != nil {
+		if rec.N%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if tooLong {
+		if rec.Err != nil {
 			continue
 		}
-		l, err := parseLine(data, cfg.turnsAll())
-		if err != nil {
-			continue
-		}
-		if first, ok := sc.ids[tokenOf(l.ID)]; !ok || first.line != lr.line || first.rejected {
+		l := rec.Line
+		if first, ok := sc.ids[tokenOf(l.ID)]; !ok || first.line != rec.N || first.rejected {
 			continue
 		}
 		for k := 1; k < cfg.samples(); k++ {
@@ -299,35 +295,30 @@ func queuedID(ctx context.Context, stream jetstream.Stream, subject string) stri
 // are not queued and reading back queued prompts to find the first whose
 // content differs from the file's.
 func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Stream, queued map[string]uint64, e *PromptsConflictError) error {
-	f, err := os.Open(cfg.PromptsFile)
+	rd, err := dataset.Open(cfg.PromptsFile, cfg.parseOptions())
 	if err != nil {
 		return fmt.Errorf("open prompts file again: %w", err)
 	}
-	defer f.Close()
+	defer rd.Close()
 	toName := min(e.NotQueuedCount, shownIDs)
 	toCompare := min(e.Common, maxCompared)
-	lr := newLineReader(f, MaxLineBytes)
 	for len(e.NotQueued) < toName || (e.Compared < toCompare && len(e.Changed) < shownIDs) {
-		data, tooLong, err := lr.next()
+		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("read %s after line %d: %w", cfg.PromptsFile, lr.line, err)
+			return fmt.Errorf("%s: %w", cfg.PromptsFile, err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if tooLong {
+		if rec.Err != nil {
 			continue
 		}
-		l, err := parseLine(data, cfg.turnsAll())
-		if err != nil {
-			continue
-		}
-		id := l.ID
+		id := rec.Line.ID
 		first, ok := sc.ids[tokenOf(id)]
-		if !ok || first.line != lr.line || first.rejected {
+		if !ok || first.line != rec.N || first.rejected {
 			continue
 		}
 		subject := schema.PromptSubject(cfg.Run, schema.Unit{ID: id})
@@ -343,7 +334,7 @@ func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Str
 		e.Compared++
 		same, err := sameAsQueued(ctx, stream, subject, first.digest)
 		if err != nil {
-			return fmt.Errorf("read back prompt %q: %w", truncate(id, 60), err)
+			return fmt.Errorf("read back prompt %q: %w", dataset.Truncate(id, 60), err)
 		}
 		if !same {
 			e.Changed = append(e.Changed, id)

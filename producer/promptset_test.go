@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -222,7 +223,7 @@ func TestDigestCoversTheValidPrompts(t *testing.T) {
 	}
 	var clean []string
 	for _, l := range mixedLines {
-		if _, _, err := ParseLine([]byte(l)); err == nil {
+		if _, _, err := dataset.ParseLine([]byte(l)); err == nil {
 			clean = append(clean, l)
 		}
 	}

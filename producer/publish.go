@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
 )
 
@@ -378,9 +379,9 @@ func interruptedReason(e *entry, err error) string {
 // name names the prompt, and its sample when it is not the first.
 func (e *entry) name() string {
 	if e.sample > 0 {
-		return fmt.Sprintf("prompt %q sample %d", truncate(e.id, 60), e.sample)
+		return fmt.Sprintf("prompt %q sample %d", dataset.Truncate(e.id, 60), e.sample)
 	}
-	return fmt.Sprintf("prompt %q", truncate(e.id, 60))
+	return fmt.Sprintf("prompt %q", dataset.Truncate(e.id, 60))
 }
 
 // results returns the counts and failures once finish has returned.

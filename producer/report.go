@@ -77,13 +77,20 @@ type InvalidError struct {
 	// Invalid counts the invalid lines; Problems lists at most MaxProblems.
 	Invalid  int
 	Problems []Problem
+	// Unit names the file's records: "row" for Parquet; the zero value
+	// means lines.
+	Unit string
 }
 
 func (e *InvalidError) Error() string {
+	unit := e.Unit
+	if unit == "" {
+		unit = "line"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s has %d invalid %s, so nothing was published:\n", e.File, e.Invalid, plural(e.Invalid, "line", "lines"))
+	fmt.Fprintf(&b, "%s has %d invalid %s, so nothing was published:\n", e.File, e.Invalid, plural(e.Invalid, unit, unit+"s"))
 	writeProblems(&b, e.Problems, e.Invalid)
-	b.WriteString("fix these lines, or skip them (--skip-invalid) to publish the valid ones")
+	fmt.Fprintf(&b, "fix these %ss, or skip them (--skip-invalid) to publish the valid ones", unit)
 	return b.String()
 }
 

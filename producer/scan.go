@@ -1,8 +1,6 @@
 package producer
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,80 +8,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
-
-// MaxLineBytes bounds one input line. Long-context prompts run to a few
-// MiB; a line beyond 64 MiB is far past any server's max_payload, so it is
-// reported instead of being read into memory.
-const MaxLineBytes = 64 << 20
-
-// Buffer sizes of the line reader. Most lines fit the read buffer and are
-// parsed in place; a longer one is assembled in a buffer that is dropped
-// afterwards when it grew past keepLineBuffer, so one huge line does not
-// pin its memory for the rest of the file.
-const (
-	readBufferSize = 256 << 10
-	keepLineBuffer = 4 << 20
-)
-
-// lineReader reads a file line by line without holding more than one line.
-type lineReader struct {
-	r     *bufio.Reader
-	max   int
-	buf   []byte
-	line  int   // number of the line last returned
-	bytes int64 // bytes consumed so far
-}
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, readBufferSize), max: max}
-}
-
-// next returns the next line without its line ending. The data is valid
-// until the following call. A line longer than the maximum is consumed and
-// reported by tooLong, with no data. After the last line, err is io.EOF.
-func (lr *lineReader) next() (data []byte, tooLong bool, err error) {
-	if cap(lr.buf) > keepLineBuffer {
-		lr.buf = nil
-	}
-	lr.buf = lr.buf[:0]
-	seen := 0
-	for {
-		chunk, err := lr.r.ReadSlice('\n')
-		seen += len(chunk)
-		lr.bytes += int64(len(chunk))
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			// Two bytes of slack for a "\r\n" ending.
-			if seen > lr.max+2 {
-				tooLong = true
-				lr.buf = lr.buf[:0]
-			} else if !tooLong {
-				lr.buf = append(lr.buf, chunk...)
-			}
-			continue
-		case err == nil || (errors.Is(err, io.EOF) && seen > 0):
-			lr.line++
-			if tooLong {
-				return nil, true, nil
-			}
-			data = chunk
-			if len(lr.buf) > 0 {
-				lr.buf = append(lr.buf, chunk...)
-				data = lr.buf
-			}
-			data = bytes.TrimSuffix(data, []byte("\n"))
-			data = bytes.TrimSuffix(data, []byte("\r"))
-			if len(data) > lr.max {
-				return nil, true, nil
-			}
-			return data, false, nil
-		default:
-			return nil, false, err
-		}
-	}
-}
 
 // seenID records where a prompt id was first found and what the prompt
 // holds. With its 16-byte key an entry takes 48 bytes: a file of a million
@@ -109,58 +36,52 @@ type scan struct {
 	// first place.
 	ids  map[[16]byte]seenID
 	info os.FileInfo
+	// unit names the file's records: "line" or "row".
+	unit string
 	// turns sums the turns of the valid prompts: schema.TurnSlots of each
 	// with --turns all, one each otherwise.
 	turns int
 }
 
-// scanFile is the validation pass: it reads every line, checks it, counts
-// and finds duplicate ids. When limit is positive it also rejects prompts
-// whose message would exceed the server's max_payload of limit bytes. An
-// error is returned only when the file cannot be read or ctx ends.
+// scanFile is the validation pass: it reads every record, checks it,
+// counts and finds duplicate ids. When limit is positive it also rejects
+// prompts whose message would exceed the server's max_payload of limit
+// bytes. An error is returned only when the file cannot be read or ctx
+// ends.
 func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
-	f, err := os.Open(cfg.PromptsFile)
+	rd, err := dataset.Open(cfg.PromptsFile, cfg.parseOptions())
 	if err != nil {
 		return nil, fmt.Errorf("produce: open prompts file: %w", err)
 	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("produce: %w", err)
-	}
-	if info.IsDir() {
-		return nil, fmt.Errorf("produce: %s is a directory: name a JSONL file", cfg.PromptsFile)
-	}
-	sc := &scan{ids: make(map[[16]byte]seenID), info: info}
+	defer rd.Close()
+	info := rd.Info()
+	sc := &scan{ids: make(map[[16]byte]seenID), info: info, unit: rd.Unit()}
 	source := filepath.Base(cfg.PromptsFile)
 	meter := newMeter(cfg.Progress, "validating "+source, info.Size(), bytesLine, "")
 	defer meter.finish()
 
-	lr := newLineReader(f, MaxLineBytes)
 	for {
-		data, tooLong, err := lr.next()
+		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return sc, fmt.Errorf("produce: read %s after line %d: %w", cfg.PromptsFile, lr.line, err)
+			return sc, fmt.Errorf("produce: %s: %w", cfg.PromptsFile, err)
 		}
-		meter.set(lr.bytes)
-		if lr.line%1024 == 0 && ctx.Err() != nil {
-			return sc, fmt.Errorf("produce: validating %s stopped at line %d: %w", cfg.PromptsFile, lr.line, ctx.Err())
+		meter.set(rd.Offset())
+		sc.report.Lines = rd.Count()
+		if rec.N%1024 == 0 && ctx.Err() != nil {
+			return sc, fmt.Errorf("produce: validating %s stopped at %s %d: %w", cfg.PromptsFile, rd.Unit(), rec.N, ctx.Err())
 		}
-		sc.report.Lines++
-		if !tooLong && len(bytes.TrimSpace(data)) == 0 {
-			continue
-		}
-		reason := sc.check(cfg, source, lr.line, data, tooLong, limit)
+		reason := sc.check(cfg, source, rec, limit)
 		if reason == "" {
 			sc.report.Valid++
 			continue
 		}
 		sc.report.Invalid++
-		sc.report.addProblem(Problem{File: cfg.PromptsFile, Line: lr.line, Reason: reason})
+		sc.report.addProblem(Problem{File: cfg.PromptsFile, Line: rec.N, Reason: reason})
 	}
+	sc.report.Lines = rd.Count()
 	sc.report.PromptsDigest = sc.promptsDigest()
 	sc.report.Samples = cfg.samples()
 	sc.report.Units = sc.report.Valid * cfg.samples()
@@ -182,22 +103,19 @@ func (sc *scan) promptsDigest() string {
 	return promptsDigest(digests)
 }
 
-// check validates one non-blank line and records its id; it returns why
-// the line is not accepted, or "".
-func (sc *scan) check(cfg Config, source string, line int, data []byte, tooLong bool, limit int64) string {
-	if tooLong {
-		return fmt.Sprintf("line is longer than %s: no server accepts a prompt that large; shorten or remove it", formatBytes(MaxLineBytes))
+// check validates one record and records its id; it returns why the
+// record is not accepted, or "".
+func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64) string {
+	if rec.Err != nil {
+		return rec.Err.Error()
 	}
-	l, err := parseLine(data, cfg.turnsAll())
-	if err != nil {
-		return err.Error()
-	}
+	l, line := rec.Line, rec.N
 	key := tokenOf(l.ID)
 	if first, ok := sc.ids[key]; ok {
 		if l.Derived && first.derived {
-			return fmt.Sprintf("same content as line %d", first.line)
+			return fmt.Sprintf("same content as %s %d", sc.unit, first.line)
 		}
-		return fmt.Sprintf("duplicate id %q (first on line %d)", truncate(l.ID, 60), first.line)
+		return fmt.Sprintf("duplicate id %q (first on %s %d)", dataset.Truncate(l.ID, 60), sc.unit, first.line)
 	}
 	p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, line), l)
 	entry := seenID{line: line, derived: l.Derived, digest: promptDigest(p)}

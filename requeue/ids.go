@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -32,9 +33,9 @@ func (s selection) key() string {
 // when it selects one.
 func (s selection) String() string {
 	if !s.one {
-		return strconv.Quote(truncate(s.id, 60))
+		return strconv.Quote(dataset.Truncate(s.id, 60))
 	}
-	return strconv.Quote(truncate(s.id, 60)) + " sample " + strconv.Itoa(s.sample)
+	return strconv.Quote(dataset.Truncate(s.id, 60)) + " sample " + strconv.Itoa(s.sample)
 }
 
 // readIDs reads a file selecting units by prompt id, one per line, each
@@ -101,7 +102,7 @@ func parseIDLine(line []byte) (selection, error) {
 // unitName names a unit for a report: its id quoted, and its sample when
 // it is not 0.
 func unitName(u schema.Unit) string {
-	s := strconv.Quote(truncate(u.ID, 60))
+	s := strconv.Quote(dataset.Truncate(u.ID, 60))
 	if u.Sample != 0 {
 		s += " sample " + strconv.Itoa(u.Sample)
 	}

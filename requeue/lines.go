@@ -8,7 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/aerie-dev/aerie/dataset"
 )
 
 // maxLineBytes bounds one line of any file read here. A prompt or an
@@ -133,58 +134,18 @@ func lineUnit(line []byte) (id string, sample int, hasSample bool, err error) {
 func sampleNumber(raw json.RawMessage) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	n, err := strconv.Atoi(string(raw))
-	if err != nil || n < 0 || !isInteger(raw) {
-		return 0, fmt.Errorf("the sample %s is not an integer from 0", strconv.Quote(truncate(string(raw), 40)))
+	if err != nil || n < 0 || !dataset.IsInteger(raw) {
+		return 0, fmt.Errorf("the sample %s is not an integer from 0", strconv.Quote(dataset.Truncate(string(raw), 40)))
 	}
 	return n, nil
 }
 
-// idText reads an id given as a JSON string or integer (as the producer
-// reads it: an integer id is its decimal text).
+// idText reads an id given as a JSON string or integer, by the rule
+// every reader of ids follows (dataset.ParseID).
 func idText(raw json.RawMessage) (string, error) {
-	raw = bytes.TrimSpace(raw)
-	switch {
-	case len(raw) > 0 && raw[0] == '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", err
-		}
-		if s == "" {
-			return "", errors.New("the id is an empty string")
-		}
-		return s, nil
-	case isInteger(raw):
-		if string(raw) == "-0" {
-			return "0", nil
-		}
-		return string(raw), nil
+	id, err := dataset.ParseID(raw)
+	if err != nil {
+		return "", fmt.Errorf("%v; write the id the way it appears in completions.jsonl", err)
 	}
-	return "", fmt.Errorf("the id %s is neither a string nor an integer: write it as a string, the way it appears in completions.jsonl", strconv.Quote(truncate(string(raw), 40)))
-}
-
-func isInteger(raw []byte) bool {
-	if len(raw) > 0 && raw[0] == '-' {
-		raw = raw[1:]
-	}
-	if len(raw) == 0 {
-		return false
-	}
-	for _, c := range raw {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// truncate shortens s to at most n bytes for a message, marking the cut,
-// which falls between two characters.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
+	return id, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -58,7 +59,7 @@ func TestLineReader(t *testing.T) {
 	}
 	for i := range want {
 		if got[i] != want[i] {
-			t.Errorf("line %d: %q (ended %v), want %q (ended %v)", i+1, truncate(got[i].data, 20), got[i].ended, truncate(want[i].data, 20), want[i].ended)
+			t.Errorf("line %d: %q (ended %v), want %q (ended %v)", i+1, dataset.Truncate(got[i].data, 20), got[i].ended, dataset.Truncate(want[i].data, 20), want[i].ended)
 		}
 	}
 	if lr.line != 4 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -103,8 +104,8 @@ func (r *ReconcileReport) Requeued() int { return r.RequeuedMissing + r.Requeued
 // A unit is requeued as it was queued: its prompt message is read back
 // from the prompts stream when it is there (settled), or else from
 // another sample of the same prompt; only a unit with neither is rebuilt
-// from its input line, with the line's id and messages (see
-// producer.ParseLine) and the run's parameters.
+// from its input record, with the record's id, messages and params, as
+// the run's turns mode reads them (see dataset.ParseLineWith).
 //
 // The output files are read first, then the state of the workers'
 // consumer, then which units have an answer or a dead letter stored,
@@ -150,7 +151,14 @@ func Reconcile(ctx context.Context, js jetstream.JetStream, cfg ReconcileConfig)
 	if rc.deadLettered, err = r.storedTokens(ctx, r.dead, schema.DeadRoot); err != nil {
 		return rep, err
 	}
-	return rep, rc.run(ctx, newLineReader(f))
+	// The input is read as produce read it: in the run's turns mode, so
+	// that ids derived from the content are the ones queued.
+	rd, err := dataset.NewReader(f, dataset.ParseOptions{Turns: r.Manifest().TurnsMode(), Model: r.Manifest().Model})
+	if err != nil {
+		return rep, fmt.Errorf("%s: %w", cfg.PromptsFile, err)
+	}
+	defer rd.Close()
+	return rep, rc.run(ctx, rd)
 }
 
 func (rep *ReconcileReport) loadOutput(path string) (idSet, error) {

@@ -1,7 +1,6 @@
 package requeue
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -39,39 +38,35 @@ type reconciler struct {
 	seen                   map[string]int // subject token of each valid id -> its line
 	source                 string
 	batch                  []*schema.Prompt // units to look up, each as its input line gives it
+	unit                   string           // "line" or "row", as the input's records are
 }
 
-func (rc *reconciler) run(ctx context.Context, lr *lineReader) error {
+func (rc *reconciler) run(ctx context.Context, rd *dataset.Reader) error {
+	rc.unit = rd.Unit()
 	for {
 		if err := ctx.Err(); err != nil {
 			return interrupted(err)
 		}
-		data, _, tooLong, err := lr.next()
+		rec, err := rd.Next()
 		if errors.Is(err, io.EOF) {
+			rc.rep.Lines = rd.Count()
 			return rc.flush(ctx)
 		}
 		if err != nil {
-			return fmt.Errorf("read %s after line %d: %w", rc.cfg.PromptsFile, lr.line, err)
+			return fmt.Errorf("%s: %w", rc.cfg.PromptsFile, err)
 		}
-		rc.rep.Lines++
-		if tooLong {
-			rc.invalid(lr.line, fmt.Sprintf("line is longer than %d MiB", maxLineBytes>>20))
+		rc.rep.Lines = rd.Count()
+		if rec.Err != nil {
+			rc.invalid(rec.N, rec.Err.Error())
 			continue
 		}
-		if len(bytes.TrimSpace(data)) == 0 {
-			continue
-		}
-		id, msgs, err := producer.ParseLine(data)
-		if err != nil {
-			rc.invalid(lr.line, err.Error())
-			continue
-		}
+		id, msgs, line := rec.Line.ID, rec.Line.Messages, rec.N
 		token := schema.SubjectToken(id)
 		if first, dup := rc.seen[token]; dup {
-			rc.invalid(lr.line, fmt.Sprintf("duplicate id %q (first on line %d)", truncate(id, 60), first))
+			rc.invalid(line, fmt.Sprintf("duplicate id %q (first on %s %d)", dataset.Truncate(id, 60), rc.unit, first))
 			continue
 		}
-		rc.seen[token] = lr.line
+		rc.seen[token] = line
 		rc.rep.Input++
 		for sample := range rc.rep.Samples {
 			u := schema.Unit{ID: id, Sample: sample}
@@ -87,7 +82,8 @@ func (rc *reconciler) run(ctx context.Context, lr *lineReader) error {
 				rc.rep.AwaitingDeadLetter++
 			default:
 				rc.batch = append(rc.batch, &schema.Prompt{
-					Run: rc.cfg.Run, ID: id, Sample: sample, Messages: msgs, Source: fmt.Sprintf("%s:%d", rc.source, lr.line),
+					Run: rc.cfg.Run, ID: id, Sample: sample, Messages: msgs, Params: rec.Line.Params,
+					Source: fmt.Sprintf("%s:%d", rc.source, line),
 				})
 				if len(rc.batch) >= lookupBatch {
 					if err := rc.flush(ctx); err != nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
-	"github.com/aerie-dev/aerie/producer"
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -139,7 +139,7 @@ func TestGenPromptsTurns(t *testing.T) {
 	n := 0
 	for lines.Scan() {
 		n++
-		l, err := producer.ParseLineWith(lines.Bytes(), producer.ParseOptions{Turns: schema.TurnsAll})
+		l, err := dataset.ParseLineWith(lines.Bytes(), dataset.ParseOptions{Turns: schema.TurnsAll})
 		if err != nil {
 			t.Fatalf("line %d: %v", n, err)
 		}

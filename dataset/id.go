@@ -1,16 +1,16 @@
-package producer
+package dataset
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -41,9 +41,20 @@ func ContentID(msgs []schema.Message) string {
 	return "h" + hex.EncodeToString(sum[:8])
 }
 
-// parseID reads an explicit id: a string, or a number written as its
-// decimal text.
-func parseID(raw json.RawMessage) (string, error) {
+// ParseID reads an explicit id given as JSON: a string, or an integer,
+// which is its decimal text as written ("-0" is "0"). Any other number
+// (2.5, 1e3) is refused: such a number has no single text (2.5, 2.50 and
+// 25e-1 are one value), so the id aerie wrote in its output files would
+// not be the one in the input, and ids could not be matched by text in
+// completions.jsonl, failed.jsonl or an ids file. The id may not be empty,
+// longer than MaxIDBytes, or hold a control character (NUL included).
+// Every reader of ids (input files, ids files, output lines) uses it, so
+// an id is the same wherever it is read.
+func ParseID(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", errors.New("id is missing")
+	}
 	var id string
 	switch c := raw[0]; {
 	case c == '"':
@@ -55,15 +66,21 @@ func parseID(raw json.RawMessage) (string, error) {
 			return "", errors.New("id is an empty string: give a non-empty id, or leave the field out to derive one from the content")
 		}
 		id = s
-	case c == '-' || (c >= '0' && c <= '9'):
-		s, err := numberText(raw)
-		if err != nil {
-			return "", err
+	case IsInteger(raw):
+		id = string(raw)
+		if id == "-0" {
+			id = "0"
 		}
-		id = s
+	case c == '-' || (c >= '0' && c <= '9'):
+		return "", fmt.Errorf("id %s is a number that is not an integer: write it as a string (\"%s\"), which is kept as written", Truncate(string(raw), 40), Truncate(string(raw), 40))
 	default:
-		return "", fmt.Errorf("id must be a string or number, found %s", kindOf(raw))
+		return "", fmt.Errorf("id must be a string or an integer, found %s", kindOf(raw))
 	}
+	return checkID(id)
+}
+
+// checkID checks an id's length and characters.
+func checkID(id string) (string, error) {
 	if len(id) > MaxIDBytes {
 		return "", fmt.Errorf("id is longer than %d bytes (it has %d): shorten it, or leave it out to derive one from the content", MaxIDBytes, len(id))
 	}
@@ -78,32 +95,9 @@ func parseID(raw json.RawMessage) (string, error) {
 	return id, nil
 }
 
-// numberText turns a JSON number into its decimal text: integers as they
-// are written (so that large ones keep every digit), other numbers in the
-// shortest decimal form that reads back to the same value (1e3 is "1000",
-// 2.50 is "2.5").
-func numberText(raw json.RawMessage) (string, error) {
-	if isInteger(raw) {
-		if string(raw) == "-0" {
-			return "0", nil
-		}
-		return string(raw), nil
-	}
-	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil || math.IsInf(f, 0) {
-		return "", fmt.Errorf("id %s is a number out of range: give the id as a string", truncate(string(raw), 40))
-	}
-	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
-		return strconv.FormatInt(int64(f), 10), nil
-	}
-	if math.Abs(f) < 1e21 {
-		return strconv.FormatFloat(f, 'f', -1, 64), nil
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64), nil
-}
-
-// isInteger reports whether a JSON number has no fraction or exponent.
-func isInteger(raw []byte) bool {
+// IsInteger reports whether raw is a JSON integer: an optional minus
+// sign and digits, with no fraction or exponent.
+func IsInteger(raw []byte) bool {
 	if len(raw) > 0 && raw[0] == '-' {
 		raw = raw[1:]
 	}
@@ -116,4 +110,16 @@ func isInteger(raw []byte) bool {
 		}
 	}
 	return true
+}
+
+// Truncate shortens s to at most n bytes for a message, marking the cut
+// with "...", which falls between two characters.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

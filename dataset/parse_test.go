@@ -1,4 +1,4 @@
-package producer
+package dataset
 
 import (
 	"bytes"
@@ -59,8 +59,9 @@ func TestParseLineShapes(t *testing.T) {
 		{"integer id", `{"id":12,"prompt":"q"}`, "12", []schema.Message{user("q")}},
 		{"negative id", `{"id":-3,"prompt":"q"}`, "-3", []schema.Message{user("q")}},
 		{"large integer id keeps digits", `{"id":123456789012345678901234567890,"prompt":"q"}`, "123456789012345678901234567890", []schema.Message{user("q")}},
-		{"fraction id", `{"id":2.50,"prompt":"q"}`, "2.5", []schema.Message{user("q")}},
-		{"exponent id", `{"id":1e3,"prompt":"q"}`, "1000", []schema.Message{user("q")}},
+		{"fraction as string id", `{"id":"2.50","prompt":"q"}`, "2.50", []schema.Message{user("q")}},
+		{"large integer id keeps its digits", `{"id":123456789012345678901234567890,"prompt":"q"}`, "123456789012345678901234567890", []schema.Message{user("q")}},
+		{"minus zero id", `{"id":-0,"prompt":"q"}`, "0", []schema.Message{user("q")}},
 		{"id with dots and spaces", `{"id":"a.b c>*","prompt":"q"}`, "a.b c>*", []schema.Message{user("q")}},
 		{"null id derived", `{"id":null,"prompt":"q"}`, "", []schema.Message{user("q")}},
 		{"absent id derived", `{"messages":[{"role":"user","content":"q"}]}`, "", []schema.Message{user("q")}},
@@ -130,16 +131,18 @@ func TestParseLineErrors(t *testing.T) {
 		{"prompt number", `{"prompt":5}`, "prompt must be a string, found number"},
 		{"prompt empty", `{"prompt":""}`, "prompt is empty"},
 		{"prompt invalid utf-8", "{\"prompt\":\"\xc3\"}", "invalid UTF-8 in prompt"},
-		{"id bool", `{"id":true,"prompt":"q"}`, "id must be a string or number, found boolean"},
-		{"id object", `{"id":{"k":1},"prompt":"q"}`, "id must be a string or number, found object"},
-		{"id array", `{"id":[1],"prompt":"q"}`, "id must be a string or number, found array"},
+		{"id bool", `{"id":true,"prompt":"q"}`, "id must be a string or an integer, found boolean"},
+		{"id object", `{"id":{"k":1},"prompt":"q"}`, "id must be a string or an integer, found object"},
+		{"id array", `{"id":[1],"prompt":"q"}`, "id must be a string or an integer, found array"},
 		{"id empty", `{"id":"","prompt":"q"}`, "id is an empty string"},
 		{"id too long", `{"id":"` + long + `","prompt":"q"}`, "id is longer than 256 bytes"},
 		{"long number id", `{"id":` + strings.Repeat("9", 300) + `,"prompt":"q"}`, "id is longer than 256 bytes"},
 		{"id control character", `{"id":"a\u0001b","prompt":"q"}`, "id contains control characters"},
 		{"id newline", `{"id":"a\nb","prompt":"q"}`, "id contains control characters"},
 		{"id invalid utf-8", "{\"id\":\"\xff\",\"prompt\":\"q\"}", "invalid UTF-8 in id"},
-		{"id out of range", `{"id":1e400,"prompt":"q"}`, "id 1e400 is a number out of range"},
+		{"id exponent", `{"id":1e400,"prompt":"q"}`, `id 1e400 is a number that is not an integer: write it as a string ("1e400")`},
+		{"id fraction", `{"id":2.5,"prompt":"q"}`, "id 2.5 is a number that is not an integer"},
+		{"id integral fraction", `{"id":2.0,"prompt":"q"}`, "id 2.0 is a number that is not an integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, msgs, err := ParseLine([]byte(tc.line))

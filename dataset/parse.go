@@ -1,4 +1,4 @@
-package producer
+package dataset
 
 import (
 	"bytes"
@@ -64,6 +64,11 @@ type turnFields struct {
 //	{"id": ..., "conversations": [{"role": ..., "content": ...}, ...]}   (SpecForge)
 //	{"id": ..., "conversations": [{"from": "human", "value": ...}, ...]} (ShareGPT)
 //	{"id": ..., "prompt": "..."}                                         (one user message)
+//	{"custom_id": ..., "method": "POST", "url": "/v1/chat/completions",
+//	 "body": {"model": ..., "messages": [...], ...}}                      (OpenAI Batch)
+//
+// An OpenAI Batch line (one with custom_id and body) has its id in
+// custom_id and its parameters in the body (see parseBatch).
 //
 // Each may carry a "params" object of request parameters for this prompt
 // alone (see schema.ParamsFromJSON), e.g. {"temperature": 0.2, "top_k":
@@ -81,7 +86,7 @@ type turnFields struct {
 //
 // ParseLine never panics; its error says what is wrong with the line.
 func ParseLine(line []byte) (id string, msgs []schema.Message, err error) {
-	l, err := parseLine(line, false)
+	l, err := ParseLineWith(line, ParseOptions{})
 	return l.ID, l.Messages, err
 }
 
@@ -96,6 +101,18 @@ type ParseOptions struct {
 	// dropped as with TurnsLast: its answer is the conversation's last
 	// turn.
 	Turns string
+	// Model is the run's model. An OpenAI Batch line whose body names
+	// another model is refused, naming both; empty checks nothing.
+	Model string
+}
+
+// check says whether o's Turns is a mode.
+func (o ParseOptions) check() error {
+	switch o.Turns {
+	case "", schema.TurnsLast, schema.TurnsAll:
+		return nil
+	}
+	return fmt.Errorf("turns %q: use %s or %s", o.Turns, schema.TurnsLast, schema.TurnsAll)
 }
 
 // Line is one input line as ParseLineWith reads it.
@@ -121,14 +138,13 @@ type Line struct {
 // shapes) as opts say. It never panics; its error says what is wrong
 // with the line, or that opts.Turns is not a mode.
 func ParseLineWith(line []byte, opts ParseOptions) (Line, error) {
-	switch opts.Turns {
-	case "", schema.TurnsLast:
-		return parseLine(line, false)
-	case schema.TurnsAll:
-		return parseLine(line, true)
-	default:
-		return Line{}, fmt.Errorf("turns %q: use %s or %s", opts.Turns, schema.TurnsLast, schema.TurnsAll)
+	if err := opts.check(); err != nil {
+		return Line{}, err
 	}
+	if f, ok := asBatch(line); ok {
+		return parseBatch(f, opts)
+	}
+	return parseLine(line, opts.Turns == schema.TurnsAll)
 }
 
 // parseLine reads a line; all selects --turns all. A well-formed line is
@@ -235,7 +251,7 @@ func finishID(raw json.RawMessage, msgs []schema.Message) (string, []schema.Mess
 	if !present(raw) {
 		return ContentID(msgs), msgs, true, nil
 	}
-	id, err := parseID(raw)
+	id, err := ParseID(raw)
 	if err != nil {
 		return "", nil, false, err
 	}
@@ -403,7 +419,7 @@ func parseRole(t turnFields, n int) (string, error) {
 		role, ok = roleNames[strings.ToLower(s)]
 	}
 	if !ok {
-		return "", fmt.Errorf("message %d: unknown %s %q: use system, user (or human) or assistant (or gpt)", n, name, truncate(s, 40))
+		return "", fmt.Errorf("message %d: unknown %s %q: use system, user (or human) or assistant (or gpt)", n, name, Truncate(s, 40))
 	}
 	return role, nil
 }
@@ -488,19 +504,8 @@ func describe(raw json.RawMessage) string {
 	if raw[0] == '"' {
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
-			return fmt.Sprintf("%q", truncate(s, 40))
+			return fmt.Sprintf("%q", Truncate(s, 40))
 		}
 	}
 	return kindOf(raw)
-}
-
-// truncate shortens s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

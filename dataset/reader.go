@@ -1,0 +1,239 @@
+package dataset
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// MaxLineBytes bounds one input line. Long-context prompts run to a few
+// MiB; a line beyond 64 MiB is far past any server's max_payload, so it is
+// reported instead of being read into memory.
+const MaxLineBytes = 64 << 20
+
+// Buffer sizes of the line reader. Most lines fit the read buffer and are
+// parsed in place; a longer one is assembled in a buffer that is dropped
+// afterwards when it grew past keepLineBuffer, so one huge line does not
+// pin its memory for the rest of the file.
+const (
+	readBufferSize = 256 << 10
+	keepLineBuffer = 4 << 20
+)
+
+// Form is the form of a prompts file.
+type Form int
+
+const (
+	// JSONL is one JSON object per line; its records are lines.
+	JSONL Form = iota
+	// Parquet is an Apache Parquet file; its records are rows.
+	Parquet
+)
+
+// Unit names a record of the form: "line" or "row".
+func (f Form) Unit() string {
+	if f == Parquet {
+		return "row"
+	}
+	return "line"
+}
+
+func (f Form) String() string {
+	if f == Parquet {
+		return "Parquet"
+	}
+	return "JSONL"
+}
+
+// Record is one record of a prompts file: a non-blank JSONL line or a
+// Parquet row.
+type Record struct {
+	// N is the record's 1-based line (JSONL) or row (Parquet) number.
+	N int
+	// Line is the prompt the record holds, when Err is nil.
+	Line Line
+	// Err says why the record is not a prompt; nil when it is one.
+	Err error
+}
+
+// Reader reads the prompts of a file one record at a time, whatever the
+// file's form, holding one record in memory (one row group's pages for
+// Parquet). Its zero value is not usable: use Open or NewReader.
+type Reader struct {
+	form  Form
+	opts  ParseOptions
+	info  os.FileInfo
+	close func() error
+	// next reads the following record; blank is set for a blank line,
+	// which is counted but is no record.
+	next func() (rec Record, blank bool, err error)
+	// offset reports how far into the file reading is, in bytes.
+	offset func() int64
+	count  int
+}
+
+// Open opens path and reads it as the prompts file it is: Parquet when it
+// starts and ends with Parquet's magic bytes (whatever its name), JSONL
+// otherwise. Each record is read as opts say. Close the Reader when done.
+func Open(path string, opts ParseOptions) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewReader(f, opts)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	closeRows := r.close
+	r.close = func() error {
+		closeRows()
+		return f.Close()
+	}
+	return r, nil
+}
+
+// NewReader reads the open file f as Open does; closing the Reader does
+// not close f. Its records start where the file starts, whatever f's
+// offset.
+func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return nil, errors.New("is a directory: name a JSONL or Parquet file")
+	}
+	r := &Reader{opts: opts, info: info, close: func() error { return nil }}
+	if isParquet(f, info.Size()) {
+		r.form = Parquet
+		if err := r.openParquet(f, info.Size()); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	lr := newLineReader(f, MaxLineBytes)
+	r.offset = func() int64 { return lr.bytes }
+	r.next = func() (Record, bool, error) {
+		data, tooLong, err := lr.next()
+		if err != nil {
+			return Record{}, false, err
+		}
+		rec := Record{N: lr.line}
+		switch {
+		case tooLong:
+			rec.Err = fmt.Errorf("line is longer than %d MiB: no server accepts a prompt that large; shorten or remove it", MaxLineBytes>>20)
+		case len(bytes.TrimSpace(data)) == 0:
+			return rec, true, nil
+		default:
+			rec.Line, rec.Err = ParseLineWith(data, opts)
+		}
+		return rec, false, nil
+	}
+	return r, nil
+}
+
+// Next returns the next record. Blank lines are skipped (Count counts
+// them). After the last record the error is io.EOF; any other error means
+// the file could not be read on, and says after which record.
+func (r *Reader) Next() (Record, error) {
+	for {
+		rec, blank, err := r.next()
+		if errors.Is(err, io.EOF) {
+			return Record{}, io.EOF
+		}
+		if err != nil {
+			return Record{}, fmt.Errorf("read after %s %d: %w", r.form.Unit(), r.count, err)
+		}
+		r.count = rec.N
+		if !blank {
+			return rec, nil
+		}
+	}
+}
+
+// Form is the form the file was found to be.
+func (r *Reader) Form() Form { return r.form }
+
+// Unit names the file's records: "line" or "row".
+func (r *Reader) Unit() string { return r.form.Unit() }
+
+// Count is the number of lines (blank ones included) or rows read so far.
+func (r *Reader) Count() int { return r.count }
+
+// Offset is about how many bytes of the file have been read, for a
+// progress display.
+func (r *Reader) Offset() int64 { return r.offset() }
+
+// Info describes the file as it was when the Reader was made.
+func (r *Reader) Info() os.FileInfo { return r.info }
+
+// Close closes the file Open opened.
+func (r *Reader) Close() error { return r.close() }
+
+// lineReader reads a file line by line without holding more than one line.
+type lineReader struct {
+	r     *bufio.Reader
+	max   int
+	buf   []byte
+	line  int   // number of the line last returned
+	bytes int64 // bytes consumed so far
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, readBufferSize), max: max}
+}
+
+// next returns the next line without its line ending. The data is valid
+// until the following call. A line longer than the maximum is consumed and
+// reported by tooLong, with no data. After the last line, err is io.EOF.
+func (lr *lineReader) next() (data []byte, tooLong bool, err error) {
+	if cap(lr.buf) > keepLineBuffer {
+		lr.buf = nil
+	}
+	lr.buf = lr.buf[:0]
+	seen := 0
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		seen += len(chunk)
+		lr.bytes += int64(len(chunk))
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			// Two bytes of slack for a "\r\n" ending.
+			if seen > lr.max+2 {
+				tooLong = true
+				lr.buf = lr.buf[:0]
+			} else if !tooLong {
+				lr.buf = append(lr.buf, chunk...)
+			}
+			continue
+		case err == nil || (errors.Is(err, io.EOF) && seen > 0):
+			lr.line++
+			if tooLong {
+				return nil, true, nil
+			}
+			data = chunk
+			if len(lr.buf) > 0 {
+				lr.buf = append(lr.buf, chunk...)
+				data = lr.buf
+			}
+			data = bytes.TrimSuffix(data, []byte("\n"))
+			data = bytes.TrimSuffix(data, []byte("\r"))
+			if len(data) > lr.max {
+				return nil, true, nil
+			}
+			return data, false, nil
+		default:
+			return nil, false, err
+		}
+	}
+}
