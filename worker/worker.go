@@ -200,9 +200,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	cc := cons.CachedInfo().Config
 	w.ackWait, w.maxDeliver = cc.AckWait, cc.MaxDeliver
-	if cc.MaxAckPending > 0 && cc.MaxAckPending < w.cfg.Window {
-		w.log.Warn("consumer MaxAckPending is below this worker's window; the window cannot fill",
-			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window)
+	// With --turns all a worker holds up to twice its window: the
+	// conversations between two turns as well as those generating.
+	mayHold := w.cfg.Window
+	if m.TurnsMode() == schema.TurnsAll {
+		mayHold = 2 * w.cfg.Window
+	}
+	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
+		w.log.Warn("consumer MaxAckPending is below what this worker may hold; the window cannot fill",
+			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window, "may_hold", mayHold)
 	}
 	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window, "turns", m.TurnsMode(),
 		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
