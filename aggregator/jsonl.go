@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -71,51 +72,49 @@ func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) 
 // load reads every complete line and returns the offset just past the last
 // one.
 func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
-	r := bufio.NewReaderSize(j.f, 1<<20)
+	lr := dataset.NewLineReader(j.f, dataset.MaxLineBytes)
 	var off int64
-	lineNo := 0
 	for {
-		line, err := r.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			return off, nil // anything in line is a torn write
+		line, ended, tooLong, err := lr.Next()
+		if errors.Is(err, io.EOF) || (err == nil && !ended) {
+			return off, nil // a last line without its newline is a torn write
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", j.path, err)
+			return 0, fmt.Errorf("read %s after line %d: %w", j.path, lr.Line(), err)
 		}
-		lineNo++
+		if tooLong {
+			return 0, fmt.Errorf("%s:%d: line longer than %d MiB, not an aerie output line: move the file aside or repair that line, then start again", j.path, lr.Line(), dataset.MaxLineBytes>>20)
+		}
 		key, err := lineKey(line)
 		if err != nil {
-			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lineNo, err)
+			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lr.Line(), err)
 		}
 		j.keys[key] = struct{}{}
 		if onLine != nil {
 			if err := onLine(line); err != nil {
-				return 0, fmt.Errorf("%s:%d: %w", j.path, lineNo, err)
+				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
 			}
 		}
-		off += int64(len(line))
+		off = lr.Offset()
 	}
 }
 
-// lineHead is what identifies a line: its unit.
-type lineHead struct {
-	ID     *string `json:"id"`
-	Sample int     `json:"sample"`
-}
-
-// lineKey returns the key (schema.Unit.Key) of an output line.
+// lineKey returns the key (schema.Unit.Key) of an output line: its unit
+// as dataset.LineUnit reads it. The whole line must be JSON, so that a
+// line garbled after its unit is not taken for one of aerie's.
 func lineKey(line []byte) (string, error) {
-	var h lineHead
-	if err := json.Unmarshal(line, &h); err != nil {
+	if !json.Valid(line) {
+		var v json.RawMessage
+		if err := json.Unmarshal(line, &v); err != nil {
+			return "", err
+		}
+		return "", errors.New("not valid JSON")
+	}
+	u, _, err := dataset.LineUnit(line)
+	if err != nil {
 		return "", err
 	}
-	if h.ID == nil {
-		return "", errors.New("no id")
-	}
-	if h.Sample < 0 {
-		return "", fmt.Errorf("sample %d is negative", h.Sample)
-	}
-	return schema.Unit{ID: *h.ID, Sample: h.Sample}.Key(), nil
+	return u.Key(), nil
 }
 
 // unitOfKey is the unit whose key (schema.Unit.Key) is key.
@@ -191,23 +190,28 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 		_, _ = j.f.Seek(0, io.SeekEnd)
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
-	r := bufio.NewReaderSize(j.f, 1<<20)
+	lr := dataset.NewLineReader(j.f, dataset.MaxLineBytes)
 	w := bufio.NewWriterSize(tmp, 1<<20)
 	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			key, _ := lineKey(line) // load has checked every line
-			if repl, ok := replace[key]; ok {
-				line = repl
+		line, ended, _, err := lr.Next()
+		if err != nil || !ended {
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fail(err)
 			}
-			if !drop[key] {
-				if _, werr := w.Write(line); werr != nil {
-					return fail(werr)
-				}
-			}
+			break // a torn last line is left out; load cut it off already
 		}
-		if err != nil {
-			break
+		key, _ := lineKey(line) // load has checked every line
+		if repl, ok := replace[key]; ok {
+			line = bytes.TrimSuffix(repl, []byte("\n"))
+		}
+		if !drop[key] {
+			_, werr := w.Write(line)
+			if werr == nil {
+				werr = w.WriteByte('\n')
+			}
+			if werr != nil {
+				return fail(werr)
+			}
 		}
 	}
 	if err := w.Flush(); err != nil {

@@ -8,7 +8,11 @@
 // turns each record into the id and messages to queue, or the reason it
 // is not a prompt (ParseLine, ParseLineWith). It holds the id rules
 // (ParseID, ContentID, MaxIDBytes), so that an id means the same to the
-// producer, reconcile, requeue and doctor.
+// producer, reconcile, requeue and doctor. It holds the line rules too:
+// how a line file is read with a bound on line length (LineReader) and
+// how an output or ids-file line names its unit, id and sample
+// (LineUnit), which the aggregator, requeue and the output readers
+// (ReadCompletions, ReadFailed) all use.
 //
 // The producer, requeue (reconcile, ids files), doctor and chaos read
 // prompts only through this package; none of them keeps a copy of these

@@ -1,7 +1,7 @@
 package dataset
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,9 +134,6 @@ func ReadCompletions(r io.Reader, name string, fn func(*CompletionLine) error) e
 		if err := json.Unmarshal(b, &l); err != nil {
 			return err
 		}
-		if l.ID == "" {
-			return errors.New("no id")
-		}
 		return fnErr{fn(&l)}
 	})
 }
@@ -149,9 +146,6 @@ func ReadFailed(r io.Reader, name string, fn func(*FailedLine) error) error {
 		if err := json.Unmarshal(b, &l); err != nil {
 			return err
 		}
-		if l.ID == "" {
-			return errors.New("no id")
-		}
 		return fnErr{fn(&l)}
 	})
 }
@@ -161,37 +155,43 @@ type fnErr struct{ err error }
 
 func (e fnErr) Error() string { return e.err.Error() }
 
+// readLines reads the non-blank lines of an output file, each checked to
+// name its unit (LineUnit) before decode sees it.
 func readLines(r io.Reader, name string, decode func([]byte) error) error {
-	br := bufio.NewReaderSize(r, 1<<20)
-	for n := 1; ; n++ {
-		line, err := br.ReadBytes('\n')
-		torn := errors.Is(err, io.EOF)
-		if err != nil && !torn {
-			return fmt.Errorf("read %s: %w", name, err)
-		}
-		if len(trimSpace(line)) > 0 {
-			derr := decode(line)
-			var fe fnErr
-			switch {
-			case errors.As(derr, &fe):
-				if fe.err != nil {
-					return fe.err
-				}
-			case derr != nil && torn:
-				return nil
-			case derr != nil:
-				return fmt.Errorf("%s:%d: not an aerie output line (%v): repair or remove that line", name, n, derr)
-			}
-		}
-		if torn {
+	lr := NewLineReader(r, MaxLineBytes)
+	for {
+		line, ended, tooLong, err := lr.Next()
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
+		if err != nil {
+			return fmt.Errorf("read %s after line %d: %w", name, lr.Line(), err)
+		}
+		if tooLong {
+			if !ended {
+				return nil // a torn last line
+			}
+			return fmt.Errorf("%s:%d: line longer than %d MiB: this is not an aerie output line; repair or remove it", name, lr.Line(), MaxLineBytes>>20)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		derr := func() error {
+			if _, _, err := LineUnit(line); err != nil {
+				return err
+			}
+			return decode(line)
+		}()
+		var fe fnErr
+		switch {
+		case errors.As(derr, &fe):
+			if fe.err != nil {
+				return fe.err
+			}
+		case derr != nil && !ended:
+			return nil // a torn last line
+		case derr != nil:
+			return fmt.Errorf("%s:%d: not an aerie output line (%v): repair or remove that line", name, lr.Line(), derr)
+		}
 	}
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

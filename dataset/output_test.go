@@ -32,6 +32,10 @@ func TestReadLines(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "f.jsonl:1") || !strings.Contains(err.Error(), "no id") {
 		t.Errorf("line without id: %v", err)
 	}
+	err = dataset.ReadCompletions(strings.NewReader(`{"id":"a","sample":-1,"content":"x"}`+"\n"), "c.jsonl", func(*dataset.CompletionLine) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "c.jsonl:1") || !strings.Contains(err.Error(), "sample") {
+		t.Errorf("negative sample: %v", err)
+	}
 	stop := errors.New("stop")
 	err = dataset.ReadFailed(strings.NewReader(`{"id":"f","reason":"permanent"}`+"\n"), "f.jsonl", func(*dataset.FailedLine) error { return stop })
 	if err != stop {

@@ -1,26 +1,11 @@
 package dataset
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-)
-
-// MaxLineBytes bounds one input line. Long-context prompts run to a few
-// MiB; a line beyond 64 MiB is far past any server's max_payload, so it is
-// reported instead of being read into memory.
-const MaxLineBytes = 64 << 20
-
-// Buffer sizes of the line reader. Most lines fit the read buffer and are
-// parsed in place; a longer one is assembled in a buffer that is dropped
-// afterwards when it grew past keepLineBuffer, so one huge line does not
-// pin its memory for the rest of the file.
-const (
-	readBufferSize = 256 << 10
-	keepLineBuffer = 4 << 20
 )
 
 // Form is the form of a prompts file.
@@ -121,14 +106,14 @@ func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	lr := newLineReader(f, MaxLineBytes)
-	r.offset = func() int64 { return lr.bytes }
+	lr := NewLineReader(f, MaxLineBytes)
+	r.offset = lr.Offset
 	r.next = func() (Record, bool, error) {
-		data, tooLong, err := lr.next()
+		data, _, tooLong, err := lr.Next()
 		if err != nil {
 			return Record{}, false, err
 		}
-		rec := Record{N: lr.line}
+		rec := Record{N: lr.Line()}
 		switch {
 		case tooLong:
 			rec.Err = fmt.Errorf("line is longer than %d MiB: no server accepts a prompt that large; shorten or remove it", MaxLineBytes>>20)
@@ -179,61 +164,3 @@ func (r *Reader) Info() os.FileInfo { return r.info }
 
 // Close closes the file Open opened.
 func (r *Reader) Close() error { return r.close() }
-
-// lineReader reads a file line by line without holding more than one line.
-type lineReader struct {
-	r     *bufio.Reader
-	max   int
-	buf   []byte
-	line  int   // number of the line last returned
-	bytes int64 // bytes consumed so far
-}
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, readBufferSize), max: max}
-}
-
-// next returns the next line without its line ending. The data is valid
-// until the following call. A line longer than the maximum is consumed and
-// reported by tooLong, with no data. After the last line, err is io.EOF.
-func (lr *lineReader) next() (data []byte, tooLong bool, err error) {
-	if cap(lr.buf) > keepLineBuffer {
-		lr.buf = nil
-	}
-	lr.buf = lr.buf[:0]
-	seen := 0
-	for {
-		chunk, err := lr.r.ReadSlice('\n')
-		seen += len(chunk)
-		lr.bytes += int64(len(chunk))
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			// Two bytes of slack for a "\r\n" ending.
-			if seen > lr.max+2 {
-				tooLong = true
-				lr.buf = lr.buf[:0]
-			} else if !tooLong {
-				lr.buf = append(lr.buf, chunk...)
-			}
-			continue
-		case err == nil || (errors.Is(err, io.EOF) && seen > 0):
-			lr.line++
-			if tooLong {
-				return nil, true, nil
-			}
-			data = chunk
-			if len(lr.buf) > 0 {
-				lr.buf = append(lr.buf, chunk...)
-				data = lr.buf
-			}
-			data = bytes.TrimSuffix(data, []byte("\n"))
-			data = bytes.TrimSuffix(data, []byte("\r"))
-			if len(data) > lr.max {
-				return nil, true, nil
-			}
-			return data, false, nil
-		default:
-			return nil, false, err
-		}
-	}
-}

@@ -57,21 +57,21 @@ func readIDs(path string) ([]selection, error) {
 	defer f.Close()
 	var out []selection
 	seen := make(map[string]struct{})
-	lr := newLineReader(f)
+	lr := dataset.NewLineReader(f, dataset.MaxLineBytes)
 	for {
-		data, _, tooLong, err := lr.next()
+		data, _, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s after line %d: %w", path, lr.line, err)
+			return nil, fmt.Errorf("read %s after line %d: %w", path, lr.Line(), err)
 		}
 		if tooLong {
-			return nil, fmt.Errorf("%s:%d: line longer than %d MiB: give one id per line", path, lr.line, maxLineBytes>>20)
+			return nil, fmt.Errorf("%s:%d: line longer than %d MiB: give one id per line", path, lr.Line(), dataset.MaxLineBytes>>20)
 		}
 		sel, err := parseIDLine(bytes.TrimSpace(data))
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %v: give one id per line, as plain text, a JSON string or a JSON object with \"id\" (and \"sample\" to select one sample)", path, lr.line, err)
+			return nil, fmt.Errorf("%s:%d: %v: give one id per line, as plain text, a JSON string or a JSON object with \"id\" (and \"sample\" to select one sample)", path, lr.Line(), err)
 		}
 		if sel.id == "" {
 			continue
@@ -90,10 +90,10 @@ func parseIDLine(line []byte) (selection, error) {
 	case len(line) == 0:
 		return selection{}, nil
 	case line[0] == '{':
-		id, sample, one, err := lineUnit(line)
-		return selection{id: id, sample: sample, one: one}, err
+		u, one, err := dataset.LineUnit(line)
+		return selection{id: u.ID, sample: u.Sample, one: one}, err
 	case line[0] == '"':
-		id, err := idText(line)
+		id, err := dataset.ParseID(line)
 		return selection{id: id}, err
 	}
 	return selection{id: string(line)}, nil

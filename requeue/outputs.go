@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/dataset"
 )
 
 // idSet is a set of strings: prompt ids, unit keys (schema.Unit.Key) or
@@ -36,25 +36,25 @@ func outputUnits(path string) (keys idSet, found bool, err error) {
 	}
 	defer f.Close()
 	keys = idSet{}
-	lr := newLineReader(f)
+	lr := dataset.NewLineReader(f, dataset.MaxLineBytes)
 	for {
-		data, ended, tooLong, err := lr.next()
+		data, ended, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) {
 			return keys, true, nil
 		}
 		if err != nil {
-			return nil, true, fmt.Errorf("read %s after line %d: %w", path, lr.line, err)
+			return nil, true, fmt.Errorf("read %s after line %d: %w", path, lr.Line(), err)
 		}
 		if !ended {
 			return keys, true, nil
 		}
 		if tooLong {
-			return nil, true, fmt.Errorf("%s:%d: line longer than %d MiB: this is not an aerie output file; check --data-dir", path, lr.line, maxLineBytes>>20)
+			return nil, true, fmt.Errorf("%s:%d: line longer than %d MiB: this is not an aerie output file; check --data-dir", path, lr.Line(), dataset.MaxLineBytes>>20)
 		}
-		id, sample, _, err := lineUnit(data)
+		u, _, err := dataset.LineUnit(data)
 		if err != nil {
-			return nil, true, fmt.Errorf("%s:%d: not an aerie output line (%v): check --data-dir, or repair or remove that line", path, lr.line, err)
+			return nil, true, fmt.Errorf("%s:%d: not an aerie output line (%v): check --data-dir, or repair or remove that line", path, lr.Line(), err)
 		}
-		keys[schema.Unit{ID: id, Sample: sample}.Key()] = struct{}{}
+		keys[u.Key()] = struct{}{}
 	}
 }
