@@ -48,6 +48,11 @@ type Config struct {
 	SyncInterval time.Duration
 	// Logger receives the server's warnings and errors; nil discards them.
 	Logger *slog.Logger
+
+	// Users, when not empty, are the only clients the server admits,
+	// each by nkey with its permissions (see package auth). Empty: anyone
+	// who reaches the port may do anything, as on a developer's machine.
+	Users []*server.NkeyUser
 }
 
 // Server is a running embedded NATS server.
@@ -84,6 +89,7 @@ func Start(cfg Config) (*Server, error) {
 		StoreDir:   cfg.StoreDir,
 		MaxPayload: maxPayload,
 		NoSigs:     true,
+		Nkeys:      cfg.Users,
 	}
 	if cfg.SyncInterval == 0 {
 		opts.SyncAlways = true

@@ -50,6 +50,13 @@ type Config struct {
 	NATSURL string
 	// NATSCreds is a NATS credentials file; empty connects without one.
 	NATSCreds string
+	// NATSNkey is a user nkey seed file (see package auth); empty
+	// connects without one.
+	NATSNkey string
+	// NATSInboxPrefix is the reply-subject prefix of the role the checks
+	// connect as (auth.InboxPrefix); empty uses nats.go's default, which a
+	// server enforcing aerie's roles refuses.
+	NATSInboxPrefix string
 	// Run is the run whose consumer, manifest and model are checked.
 	// Empty skips those checks. It must be a valid run name.
 	Run string

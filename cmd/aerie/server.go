@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"net"
 	"os"
 	"strconv"
@@ -11,8 +12,9 @@ import (
 )
 
 func cmdServer(ctx context.Context, args []string) error {
-	fs, lf := newFlags("server", "[--listen 127.0.0.1:4222] [--store DIR]")
+	fs, lf := newFlags("server", "[--listen 127.0.0.1:4222] [--store DIR] [--auth-dir DIR]")
 	listen := fs.String("listen", "127.0.0.1:4222", "host:port for clients")
+	authDir := fs.String("auth-dir", os.Getenv("AERIE_AUTH_DIR"), "directory of the role nkey seeds (producer.nk, worker.nk, aggregator.nk, admin.nk): created once (0700, seeds 0600), reused after; the server then admits only those roles, each with its permissions (env AERIE_AUTH_DIR; empty: no authentication)")
 	store := fs.String("store", defaultStore(), "JetStream store directory (with AERIE_DATA_DIR set: its nats/ subdirectory, where aerie run keeps its store)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -29,7 +31,18 @@ func cmdServer(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--listen %q: port is not a number", *listen)
 	}
-	srv, err := broker.Start(broker.Config{StoreDir: *store, Host: host, Port: port, Logger: log})
+	cfg := broker.Config{StoreDir: *store, Host: host, Port: port, Logger: log}
+	if *authDir != "" {
+		public, err := auth.EnsureDir(*authDir)
+		if err != nil {
+			return fmt.Errorf("--auth-dir: %w", err)
+		}
+		if cfg.Users, err = auth.NkeyUsers(public); err != nil {
+			return fmt.Errorf("--auth-dir: %w", err)
+		}
+		log.Info("clients must authenticate with a role nkey", "dir", *authDir)
+	}
+	srv, err := broker.Start(cfg)
 	if err != nil {
 		return err
 	}
