@@ -94,3 +94,43 @@ func TestRolesRunThePipeline(t *testing.T) {
 		})
 	}
 }
+
+// aerie auth init writes the seeds and users.conf once and keeps the
+// seeds on a second run; a client without a key is refused by aerie
+// server --auth-dir, which reuses the same seeds.
+func TestAuthInitAndServerAuthDir(t *testing.T) {
+	bin := buildAerie(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	aerie(t, bin, "auth", "init", "--out", keys).wait(t, time.Minute)
+	seed := func() string {
+		b, err := os.ReadFile(filepath.Join(keys, auth.SeedFile(auth.Worker)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	before := seed()
+	conf, err := os.ReadFile(filepath.Join(keys, auth.UsersFile))
+	if err != nil || !strings.Contains(string(conf), "authorization {") {
+		t.Fatalf("users.conf: %v\n%s", err, conf)
+	}
+	aerie(t, bin, "auth", "init", "--out", keys).wait(t, time.Minute)
+	natsAddr := freeAddr(t)
+	start(t, bin, "server", "--listen", natsAddr, "--store", t.TempDir(), "--auth-dir", keys)
+	waitTCP(t, natsAddr)
+	if seed() != before {
+		t.Fatal("a second auth init or the server replaced the worker's seed")
+	}
+	p := aerie(t, bin, "runs", "ls", "--nats", "nats://"+natsAddr)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err == nil || !strings.Contains(strings.ToLower(p.stderr.String()), "authorization violation") {
+			t.Fatalf("runs ls without a key: err %v, stderr %s", err, p.stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("runs ls without a key did not end")
+	}
+	ok := aerie(t, bin, "runs", "ls", "--nats", "nats://"+natsAddr, "--nkey", filepath.Join(keys, auth.SeedFile(auth.Admin)))
+	ok.wait(t, time.Minute)
+}
