@@ -5,6 +5,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,11 @@ type Config struct {
 	// each by nkey with its permissions (see package auth). Empty: anyone
 	// who reaches the port may do anything, as on a developer's machine.
 	Users []*server.NkeyUser
+
+	// TLS, when not nil, makes clients connect over TLS with this
+	// configuration (a ClientCAs pool with RequireAndVerifyClientCert asks
+	// for client certificates too). Nil: plain TCP.
+	TLS *tls.Config
 }
 
 // Server is a running embedded NATS server.
@@ -90,6 +96,12 @@ func Start(cfg Config) (*Server, error) {
 		MaxPayload: maxPayload,
 		NoSigs:     true,
 		Nkeys:      cfg.Users,
+	}
+	if cfg.TLS != nil {
+		opts.TLS = true
+		opts.TLSConfig = cfg.TLS
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		opts.TLSTimeout = 5
 	}
 	if cfg.SyncInterval == 0 {
 		opts.SyncAlways = true

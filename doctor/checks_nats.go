@@ -34,19 +34,10 @@ func checkNATS(ctx context.Context, s *session) Result {
 	if s.cfg.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(s.cfg.NATSCreds))
 	}
-	if s.cfg.NATSNkey != "" {
-		o, err := nats.NkeyOptionFromSeed(s.cfg.NATSNkey)
-		if err != nil {
-			return fail("give --nkey a user nkey seed file (aerie auth init writes them)", "nkey %s: %v", s.cfg.NATSNkey, err)
-		}
-		opts = append(opts, o)
-	}
-	if s.cfg.NATSInboxPrefix != "" {
-		opts = append(opts, nats.CustomInboxPrefix(s.cfg.NATSInboxPrefix))
-	}
+	opts = append(opts, s.cfg.NATSOptions...)
 	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
 	if err != nil {
-		return fail("start nats-server (for development: aerie server) or check --nats, --creds and --nkey",
+		return fail("start nats-server (for development: aerie server) or check --nats, --creds, --nkey and --tls-ca",
 			"cannot connect to %s: %v", where, err)
 	}
 	s.nc = nc

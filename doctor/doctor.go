@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"strings"
 	"time"
 
@@ -50,13 +51,10 @@ type Config struct {
 	NATSURL string
 	// NATSCreds is a NATS credentials file; empty connects without one.
 	NATSCreds string
-	// NATSNkey is a user nkey seed file (see package auth); empty
-	// connects without one.
-	NATSNkey string
-	// NATSInboxPrefix is the reply-subject prefix of the role the checks
-	// connect as (auth.InboxPrefix); empty uses nats.go's default, which a
-	// server enforcing aerie's roles refuses.
-	NATSInboxPrefix string
+	// NATSOptions are further connect options: the role's nkey, inbox
+	// prefix and TLS settings. Nil connects with nats.go's defaults, which
+	// a server enforcing aerie's roles or TLS refuses.
+	NATSOptions []nats.Option
 	// Run is the run whose consumer, manifest and model are checked.
 	// Empty skips those checks. It must be a valid run name.
 	Run string

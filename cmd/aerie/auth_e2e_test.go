@@ -14,8 +14,8 @@ import (
 	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
-// Each command runs with its own role's nkey against aerie server
-// --auth-dir, and a small run completes under --turns last and --turns
+// Each command runs with its own role's nkey, over mutual TLS, against
+// aerie server --auth-dir, and a small run completes under --turns last and --turns
 // all without a single permissions violation on the server.
 func TestRolesRunThePipeline(t *testing.T) {
 	bin := buildAerie(t)
@@ -31,13 +31,17 @@ func TestRolesRunThePipeline(t *testing.T) {
 			data := filepath.Join(dir, "data")
 			keys := filepath.Join(dir, "keys")
 			run := "roles"
+			pki := newTestPKI(t)
+			tlsFlags := []string{"--tls-ca", pki.ca, "--tls-cert", pki.clientCert, "--tls-key", pki.clientKey}
+			with := func(args ...string) []string { return append(args, tlsFlags...) }
 
 			serverLog := filepath.Join(dir, "server.log")
 			lf, err := os.Create(serverLog)
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := exec.Command(bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"), "--auth-dir", keys)
+			srv := exec.Command(bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"), "--auth-dir", keys,
+				"--tls-cert", pki.serverCert, "--tls-key", pki.serverKey, "--tls-ca", pki.ca)
 			srv.Stdout, srv.Stderr = lf, lf
 			srv.Env = append(os.Environ(), "AERIE_LOG_LEVEL=warn")
 			if err := srv.Start(); err != nil {
@@ -66,20 +70,34 @@ func TestRolesRunThePipeline(t *testing.T) {
 			key := func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
 
 			for _, name := range []string{"w1", "w2"} {
-				start(t, bin, "work", "--nats", natsURL, "--nkey", key(auth.Worker), "--run", run, "--backend", sim, "--window", "20", "--name", name, "--grace", "2s")
+				start(t, bin, with("work", "--nats", natsURL, "--nkey", key(auth.Worker), "--run", run, "--backend", sim, "--window", "20", "--name", name, "--grace", "2s")...)
 			}
-			agg := start(t, bin, "aggregate", "--nats", natsURL, "--nkey", key(auth.Aggregator), "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
-			aerie(t, bin, "produce", "--nats", natsURL, "--nkey", key(auth.Producer), "--run", run, "--prompts", prompts,
-				"--model", "moonshotai/Kimi-K2.5", "--turns", turns, "--max-tokens", "2048", "--ack-wait", "3s").wait(t, 2*time.Minute)
+			agg := start(t, bin, with("aggregate", "--nats", natsURL, "--nkey", key(auth.Aggregator), "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")...)
+			aerie(t, bin, with("produce", "--nats", natsURL, "--nkey", key(auth.Producer), "--run", run, "--prompts", prompts,
+				"--model", "moonshotai/Kimi-K2.5", "--turns", turns, "--max-tokens", "2048", "--ack-wait", "3s")...).wait(t, 2*time.Minute)
 			agg.wait(t, 3*time.Minute)
 			if got := countLines(filepath.Join(data, run, "completions.jsonl")); got != n {
 				t.Errorf("completions.jsonl has %d lines, want %d", got, n)
 			}
 			// The admin key lists the runs.
-			ls := aerie(t, bin, "runs", "ls", "--nats", natsURL, "--nkey", key(auth.Admin))
+			ls := aerie(t, bin, with("runs", "ls", "--nats", natsURL, "--nkey", key(auth.Admin))...)
 			ls.wait(t, time.Minute)
 			if !strings.Contains(ls.stdout.String(), run) {
 				t.Errorf("runs ls with the admin key said: %s", ls.stdout.String())
+			}
+			// Without the client certificate, or without trusting the CA,
+			// the admin key alone does not get in.
+			for _, flags := range [][]string{{"--tls-ca", pki.ca}, nil} {
+				p := aerie(t, bin, append([]string{"runs", "ls", "--nats", natsURL, "--nkey", key(auth.Admin)}, flags...)...)
+				select {
+				case err := <-p.done:
+					p.done <- err
+					if err == nil {
+						t.Errorf("runs ls with TLS flags %v connected", flags)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("runs ls with TLS flags %v did not end", flags)
+				}
 			}
 			stop()
 			b, err := os.ReadFile(serverLog)

@@ -71,5 +71,14 @@ func (nf *natsFlags) authOptions() ([]nats.Option, error) {
 		}
 		opts = append(opts, o)
 	}
+	if nf.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(nf.tlsCA))
+	}
+	if nf.tlsCert != "" || nf.tlsKey != "" {
+		if nf.tlsCert == "" || nf.tlsKey == "" {
+			return nil, fmt.Errorf("--tls-cert and --tls-key go together (got cert %q, key %q)", nf.tlsCert, nf.tlsKey)
+		}
+		opts = append(opts, nats.ClientCert(nf.tlsCert, nf.tlsKey))
+	}
 	return opts, nil
 }

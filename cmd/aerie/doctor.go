@@ -32,8 +32,12 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	natsOpts, err := nf.authOptions()
+	if err != nil {
+		return err
+	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSCreds: nf.creds, NATSNkey: nf.nkey, NATSInboxPrefix: auth.InboxPrefix(nf.role), Run: *run, Model: *model,
+		NATSURL: nf.url, NATSOptions: natsOpts, Run: *run, Model: *model,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: *window, Units: *units,

@@ -62,6 +62,8 @@ func (lf *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 // it subscribe to.
 type natsFlags struct {
 	url, creds, nkey string
+	tlsCA, tlsCert   string
+	tlsKey           string
 	role             auth.Role
 }
 
@@ -70,6 +72,9 @@ func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
 	fs.StringVar(&nf.url, "nats", envOr("AERIE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma separated (env AERIE_NATS_URL)")
 	fs.StringVar(&nf.creds, "creds", os.Getenv("AERIE_NATS_CREDS"), "NATS credentials file (env AERIE_NATS_CREDS)")
 	fs.StringVar(&nf.nkey, "nkey", os.Getenv("AERIE_NATS_NKEY"), "NATS user nkey seed file of this command's role, "+string(role)+" (env AERIE_NATS_NKEY; aerie server --auth-dir and aerie auth init write them)")
+	fs.StringVar(&nf.tlsCA, "tls-ca", os.Getenv("AERIE_NATS_TLS_CA"), "PEM CA bundle that signed the NATS server's certificate (env AERIE_NATS_TLS_CA)")
+	fs.StringVar(&nf.tlsCert, "tls-cert", os.Getenv("AERIE_NATS_TLS_CERT"), "PEM client certificate, for a server that requires mutual TLS (env AERIE_NATS_TLS_CERT)")
+	fs.StringVar(&nf.tlsKey, "tls-key", os.Getenv("AERIE_NATS_TLS_KEY"), "PEM private key of --tls-cert (env AERIE_NATS_TLS_KEY)")
 	return nf
 }
 

@@ -58,7 +58,11 @@ func cmdWork(ctx context.Context, args []string) error {
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
 func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, log *slog.Logger) error {
-	err := doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSCreds: nf.creds, NATSNkey: nf.nkey, NATSInboxPrefix: auth.InboxPrefix(nf.role), Run: run, Backend: backend, APIKey: key, Window: window})
+	natsOpts, err := nf.authOptions()
+	if err != nil {
+		return err
+	}
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Run: run, Backend: backend, APIKey: key, Window: window})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err
