@@ -69,16 +69,18 @@ func read(streams ...string) []string {
 	return s
 }
 
-// pull lets a role create (or look up) a consumer named name on stream,
-// fetch from it and acknowledge what it fetched. name may be "*": NATS wildcards match whole tokens only, so a role cannot be held to one name prefix.
-func pull(stream, name string) []string {
+// pull lets a role create (or look up) consumers on stream, fetch from
+// them and acknowledge what it fetched. NATS wildcards match whole subject
+// tokens only, so a role cannot be held to consumers whose names start
+// with one prefix (aggregator-...): it gets every consumer of the stream.
+func pull(stream string) []string {
 	return []string{
-		api + "CONSUMER.CREATE." + stream + "." + name,
-		api + "CONSUMER.CREATE." + stream + "." + name + ".>",
-		api + "CONSUMER.DURABLE.CREATE." + stream + "." + name,
-		api + "CONSUMER.INFO." + stream + "." + name,
-		api + "CONSUMER.MSG.NEXT." + stream + "." + name,
-		"$JS.ACK." + stream + "." + name + ".>",
+		api + "CONSUMER.CREATE." + stream + ".*",
+		api + "CONSUMER.CREATE." + stream + ".*.>",
+		api + "CONSUMER.DURABLE.CREATE." + stream + ".*",
+		api + "CONSUMER.INFO." + stream + ".*",
+		api + "CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.ACK." + stream + ".>",
 	}
 }
 
@@ -112,7 +114,8 @@ func Permissions(r Role) (*server.Permissions, error) {
 		pub, sub = []string{">"}, []string{">"}
 	case Producer:
 		// Provisioning: every aerie stream and bucket, created or updated
-		// (provision.Ensure), and the run's workers consumer.
+		// (provision.Streams and the bucket functions), and the run's workers
+		// consumer (provision.WorkersConsumer).
 		pub = append(pub, api+"INFO")
 		for _, st := range aerieStreams() {
 			pub = append(pub, api+"STREAM.CREATE."+st, api+"STREAM.UPDATE."+st)
@@ -155,9 +158,9 @@ func Permissions(r Role) (*server.Permissions, error) {
 		pub = append(pub, watch(schema.RunsBucket)...)
 		// The run is done when the workers' consumer has nothing pending.
 		pub = append(pub, api+"CONSUMER.INFO."+schema.PromptsStream+".*")
-		pub = append(pub, pull(schema.ResultsStream, "*")...)
-		pub = append(pub, pull(schema.DeadStream, "*")...)
-		pub = append(pub, pull(schema.AdvisoriesStream, "*")...)
+		pub = append(pub, pull(schema.ResultsStream)...)
+		pub = append(pub, pull(schema.DeadStream)...)
+		pub = append(pub, pull(schema.AdvisoriesStream)...)
 		pub = append(pub, read(schema.PromptsStream, schema.ResultsStream, schema.DeadStream, schema.TurnsStream,
 			schema.EventsStream, schema.AdvisoriesStream, kvStream(schema.RunsBucket), kvStream(schema.LeasesBucket))...)
 		pub = append(pub,
