@@ -223,15 +223,13 @@ func TestUsersConfLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := auth.WriteUsersConf(dir, public)
-	if err != nil {
+	if _, err := auth.WriteUsersConf(dir, public); err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "nats-server.conf")
 	if err := os.WriteFile(conf, []byte("port: -1\ninclude ./users.conf\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_ = users
 	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
 		t.Fatalf("nats-server rejects users.conf: %v", err)
