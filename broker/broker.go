@@ -5,6 +5,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,16 @@ type Config struct {
 	SyncInterval time.Duration
 	// Logger receives the server's warnings and errors; nil discards them.
 	Logger *slog.Logger
+
+	// Users, when not empty, are the only clients the server admits,
+	// each by nkey with its permissions (see package auth). Empty: anyone
+	// who reaches the port may do anything, as on a developer's machine.
+	Users []*server.NkeyUser
+
+	// TLS, when not nil, makes clients connect over TLS with this
+	// configuration (a ClientCAs pool with RequireAndVerifyClientCert asks
+	// for client certificates too). Nil: plain TCP.
+	TLS *tls.Config
 }
 
 // Server is a running embedded NATS server.
@@ -84,6 +95,13 @@ func Start(cfg Config) (*Server, error) {
 		StoreDir:   cfg.StoreDir,
 		MaxPayload: maxPayload,
 		NoSigs:     true,
+		Nkeys:      cfg.Users,
+	}
+	if cfg.TLS != nil {
+		opts.TLS = true
+		opts.TLSConfig = cfg.TLS
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		opts.TLSTimeout = 5
 	}
 	if cfg.SyncInterval == 0 {
 		opts.SyncAlways = true

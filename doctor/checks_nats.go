@@ -34,9 +34,10 @@ func checkNATS(ctx context.Context, s *session) Result {
 	if s.cfg.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(s.cfg.NATSCreds))
 	}
+	opts = append(opts, s.cfg.NATSOptions...)
 	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
 	if err != nil {
-		return fail("start nats-server (for development: aerie server) or check --nats and --creds",
+		return fail("start nats-server (for development: aerie server) or check --nats, --creds, --nkey and --tls-ca",
 			"cannot connect to %s: %v", where, err)
 	}
 	s.nc = nc

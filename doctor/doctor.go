@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"strings"
 	"time"
 
@@ -50,6 +51,10 @@ type Config struct {
 	NATSURL string
 	// NATSCreds is a NATS credentials file; empty connects without one.
 	NATSCreds string
+	// NATSOptions are further connect options: the role's nkey, inbox
+	// prefix and TLS settings. Nil connects with nats.go's defaults, which
+	// a server enforcing aerie's roles or TLS refuses.
+	NATSOptions []nats.Option
 	// Run is the run whose consumer, manifest and model are checked.
 	// Empty skips those checks. It must be a valid run name.
 	Run string

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"github.com/aerie-dev/aerie/auth"
 
 	"github.com/aerie-dev/aerie/aggregator"
 )
 
 func cmdAggregate(ctx context.Context, args []string) error {
 	fs, lf := newFlags("aggregate", "--run NAME [--data-dir /data]")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Aggregator)
 	run := fs.String("run", "", "run name")
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")

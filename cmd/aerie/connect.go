@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -28,9 +29,11 @@ func connect(nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstrea
 			log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 		}),
 	}
-	if nf.creds != "" {
-		opts = append(opts, nats.UserCredentials(nf.creds))
+	ao, err := nf.authOptions()
+	if err != nil {
+		return nil, nil, err
 	}
+	opts = append(opts, ao...)
 	nc, err := nats.Connect(nf.url, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? try `aerie server` or check --nats)", redact(nf.url), err)
@@ -52,4 +55,30 @@ func redact(urls string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// authOptions are the options that identify the command: its credentials
+// or nkey, and the inbox prefix of its role.
+func (nf *natsFlags) authOptions() ([]nats.Option, error) {
+	opts := []nats.Option{nats.CustomInboxPrefix(auth.InboxPrefix(nf.role))}
+	if nf.creds != "" {
+		opts = append(opts, nats.UserCredentials(nf.creds))
+	}
+	if nf.nkey != "" {
+		o, err := nats.NkeyOptionFromSeed(nf.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w (give the %s seed written by aerie server --auth-dir or aerie auth init)", nf.nkey, err, nf.role)
+		}
+		opts = append(opts, o)
+	}
+	if nf.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(nf.tlsCA))
+	}
+	if nf.tlsCert != "" || nf.tlsKey != "" {
+		if nf.tlsCert == "" || nf.tlsKey == "" {
+			return nil, fmt.Errorf("--tls-cert and --tls-key go together (got cert %q, key %q)", nf.tlsCert, nf.tlsKey)
+		}
+		opts = append(opts, nats.ClientCert(nf.tlsCert, nf.tlsKey))
+	}
+	return opts, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"os"
 
 	"github.com/aerie-dev/aerie/doctor"
@@ -10,7 +11,7 @@ import (
 
 func cmdDoctor(ctx context.Context, args []string) error {
 	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
 	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
@@ -31,8 +32,12 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	natsOpts, err := nf.authOptions()
+	if err != nil {
+		return err
+	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSCreds: nf.creds, Run: *run, Model: *model,
+		NATSURL: nf.url, NATSOptions: natsOpts, Run: *run, Model: *model,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: *window, Units: *units,

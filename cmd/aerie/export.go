@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"io"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ written whole or not at all (--out - writes to stdout).`
 
 func cmdExport(ctx context.Context, args []string) error {
 	fs, lf := newFlags("export", exportSynopsis)
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	run := fs.String("run", "", "run name")
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
 	format := fs.String("format", "", "output format: "+strings.Join(dataset.Formats, ", "))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"io"
 	"log/slog"
 	"os"
@@ -56,14 +57,24 @@ func (lf *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 }
 
 // natsFlags are the connection flags of every command that talks to NATS.
+// role is the aerie role the command plays: its replies arrive below
+// that role's inbox prefix, the only one a server enforcing the roles lets
+// it subscribe to.
 type natsFlags struct {
-	url, creds string
+	url, creds, nkey string
+	tlsCA, tlsCert   string
+	tlsKey           string
+	role             auth.Role
 }
 
-func addNATSFlags(fs *flag.FlagSet) *natsFlags {
-	nf := &natsFlags{}
+func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
+	nf := &natsFlags{role: role}
 	fs.StringVar(&nf.url, "nats", envOr("AERIE_NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL(s), comma separated (env AERIE_NATS_URL)")
 	fs.StringVar(&nf.creds, "creds", os.Getenv("AERIE_NATS_CREDS"), "NATS credentials file (env AERIE_NATS_CREDS)")
+	fs.StringVar(&nf.nkey, "nkey", os.Getenv("AERIE_NATS_NKEY"), "NATS user nkey seed file of this command's role, "+string(role)+" (env AERIE_NATS_NKEY; aerie server --auth-dir and aerie auth init write them)")
+	fs.StringVar(&nf.tlsCA, "tls-ca", os.Getenv("AERIE_NATS_TLS_CA"), "PEM CA bundle that signed the NATS server's certificate (env AERIE_NATS_TLS_CA)")
+	fs.StringVar(&nf.tlsCert, "tls-cert", os.Getenv("AERIE_NATS_TLS_CERT"), "PEM client certificate, for a server that requires mutual TLS (env AERIE_NATS_TLS_CERT)")
+	fs.StringVar(&nf.tlsKey, "tls-key", os.Getenv("AERIE_NATS_TLS_KEY"), "PEM private key of --tls-cert (env AERIE_NATS_TLS_KEY)")
 	return nf
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
 	"os"
 	"strings"
@@ -132,7 +133,7 @@ func addPolicyFlags(fs *flag.FlagSet, p *schema.Policy) {
 
 func cmdProduce(ctx context.Context, args []string) error {
 	fs, lf := newFlags("produce", "--run NAME --prompts FILE --model M [--backend URL] [--max-tokens N] [--temperature T] [--top-p P] [--turns last|all] [--samples N] [...]")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Producer)
 	run := fs.String("run", "", "run name (letters, digits, '-', '_')")
 	prompts := fs.String("prompts", "", `JSONL file of prompts: {id, messages}, {id, conversations} or {id, prompt}, each with optional "params" of its own`)
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid (they are listed)")

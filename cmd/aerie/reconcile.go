@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"path/filepath"
 
 	"github.com/aerie-dev/aerie/aggregator"
@@ -29,7 +30,7 @@ func cmdReconcile(ctx context.Context, args []string) error {
 	synopsis := "--run NAME --prompts FILE [--data-dir /data] [--dry-run]"
 	fs, lf := newFlags("reconcile", synopsis)
 	describe(fs, "reconcile", synopsis, reconcileHelp)
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	run := fs.String("run", "", "run name")
 	prompts := fs.String("prompts", "", "the JSONL file the run was produced from")
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"strings"
 
 	"github.com/aerie-dev/aerie/requeue"
@@ -33,7 +34,7 @@ func cmdReplay(ctx context.Context, args []string) error {
 	synopsis := "--run NAME [--reason CLASS[,CLASS]] [--ids FILE] [--max-tokens N] [--dry-run]"
 	fs, lf := newFlags("replay", synopsis)
 	describe(fs, "replay", synopsis, replayHelp)
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	run := fs.String("run", "", "run name")
 	reasons := fs.String("reason", "", "replay only dead letters of these reason classes, comma separated: "+strings.Join(requeue.Reasons, ", ")+" (default: every class)")
 	ids := fs.String("ids", "", "replay only the prompt ids listed in `FILE`, one per line: plain text, a JSON string, or a JSON object with \"id\" (failed.jsonl will do); an object with \"sample\" too selects that sample only")

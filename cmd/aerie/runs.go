@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"io"
 	"os"
 	"strings"
@@ -58,7 +59,7 @@ func cmdRunsList(ctx context.Context, args []string) error {
 	synopsis := "[--json] [--nats URL]"
 	fs, lf := newFlags("runs ls", synopsis)
 	describe(fs, "runs ls", synopsis, "Lists the runs on the NATS server with their model, size and progress.\n")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	asJSON := fs.Bool("json", false, "print a JSON array, one object per run, instead of a table")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,7 +92,7 @@ func cmdRunsRemove(ctx context.Context, args []string) error {
 	synopsis := "RUN [--yes] [--force] [--nats URL]"
 	fs, lf := newFlags("runs rm", synopsis)
 	describe(fs, "runs rm", synopsis, "Removes everything RUN has on the NATS server (see aerie runs -h).\n")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Admin)
 	yes := fs.Bool("yes", false, "remove; without it, only print what would be removed and exit with status 1")
 	force := fs.Bool("force", false, "remove even while the run looks alive (a recent worker heartbeat, a held aggregator lease)")
 	names, err := parseWithArgs(fs, args)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
 	"strings"
 
@@ -14,7 +15,7 @@ import (
 
 func cmdWork(ctx context.Context, args []string) error {
 	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200] [--api-key-file F]")
-	nf := addNATSFlags(fs)
+	nf := addNATSFlags(fs, auth.Worker)
 	run := fs.String("run", "", "run name")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
 	window := addWindowFlag(fs)
@@ -57,7 +58,11 @@ func cmdWork(ctx context.Context, args []string) error {
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
 func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, log *slog.Logger) error {
-	err := doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSCreds: nf.creds, Run: run, Backend: backend, APIKey: key, Window: window})
+	natsOpts, err := nf.authOptions()
+	if err != nil {
+		return err
+	}
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Run: run, Backend: backend, APIKey: key, Window: window})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err
