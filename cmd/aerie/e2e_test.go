@@ -127,16 +127,22 @@ type outputLine struct {
 
 func readLines(t *testing.T, path string) []outputLine {
 	t.Helper()
+	return readJSONL[outputLine](t, path)
+}
+
+// readJSONL decodes every line of a JSONL file as a T.
+func readJSONL[T any](t *testing.T, path string) []T {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []outputLine
+	var out []T
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
-		var l outputLine
+		var l T
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatalf("%s: bad line: %v", path, err)
 		}

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -156,26 +155,6 @@ type turnsLine struct {
 	Params       schema.Params    `json:"params"`
 }
 
-func readTurnsLines(t *testing.T, path string) []turnsLine {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []turnsLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var l turnsLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("%s: bad line: %v", path, err)
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
 // chatContext is a request's context, as the key of the requests made
 // for it.
 func chatContext(msgs any) string {
@@ -250,7 +229,7 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	work("w1-restarted")
 	agg.wait(t, 5*time.Minute)
 
-	lines := readTurnsLines(t, completions)
+	lines := readJSONL[turnsLine](t, completions)
 	seen := map[string]bool{}
 	for _, l := range lines {
 		if seen[l.ID] {
@@ -461,7 +440,7 @@ func TestTurnsAllReplayContinuesAfterStoredTurns(t *testing.T) {
 
 	aerie(t, bin, "replay", "--nats", natsURL, "--run", run).wait(t, time.Minute)
 	aggregate()
-	lines := readTurnsLines(t, filepath.Join(data, run, "completions.jsonl"))
+	lines := readJSONL[turnsLine](t, filepath.Join(data, run, "completions.jsonl"))
 	var got *turnsLine
 	for i := range lines {
 		if lines[i].ID == "c0003" {
