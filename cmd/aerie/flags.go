@@ -150,7 +150,7 @@ func defaultStore() string {
 
 // addWindowFlag declares --window.
 func addWindowFlag(fs *flag.FlagSet) *int {
-	return fs.Int("window", worker.DefaultWindow, "prompts in flight per worker, exactly (200 suits vLLM's default of 256 running sequences)")
+	return fs.Int("window", worker.DefaultWindow, "requests in flight per worker, exactly (200 suits vLLM's default of 256 running sequences); with --turns all a worker also holds conversations between two turns, up to twice this")
 }
 
 // addGraceFlag declares --grace.
