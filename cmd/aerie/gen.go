@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/simulator"
 )
 
@@ -26,7 +27,7 @@ func cmdGen(_ context.Context, args []string) error {
 	if *turns < 1 {
 		return fmt.Errorf("--turns %d: give 1 or more user turns per conversation", *turns)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(*out), fsmode.Dir); err != nil {
 		return err
 	}
 	tmp := *out + ".tmp"
