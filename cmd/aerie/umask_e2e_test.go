@@ -72,12 +72,20 @@ func TestUmask(t *testing.T) {
 				}
 			}
 
-			// An export written over an existing file keeps its mode.
-			if err := os.Chmod(out, 0o640); err != nil {
-				t.Fatal(err)
+			// An export or prompts file written over an existing file
+			// keeps its mode.
+			for _, f := range []string{out, prompts} {
+				if err := os.Chmod(f, 0o640); err != nil {
+					t.Fatal(err)
+				}
 			}
 			aerieEnv(t, bin, tc.env, append([]string{"export", "--run", "m", "--data-dir", data, "--format", "sharegpt", "--out", out}, tc.args...)...).wait(t, time.Minute)
+			aerieEnv(t, bin, tc.env, append([]string{"gen-prompts", "--count", "20", "--out", prompts}, tc.args...)...).wait(t, time.Minute)
 			checkMode(t, out, 0o640)
+			checkMode(t, prompts, 0o640)
+			if left, _ := filepath.Glob(filepath.Join(root, "in", "*.tmp")); len(left) > 0 {
+				t.Errorf("temporary files left behind: %v", left)
+			}
 		})
 	}
 }
