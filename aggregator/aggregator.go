@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
@@ -122,7 +123,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+	if err := os.MkdirAll(a.dir, fsmode.Dir); err != nil {
 		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
 	}
 	if a.owner, err = own(ctx, a.js, a.cfg.Run, a.dir, a.cfg.LeaseWait, a.log); err != nil {
@@ -268,7 +269,7 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 			a.log.Warn("removed from failed.jsonl units that also have a completion (an earlier aggregator stopped between the two writes)", "units", n)
 		}
 	}
-	a.events, err = os.OpenFile(filepath.Join(a.dir, EventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	a.events, err = os.OpenFile(filepath.Join(a.dir, EventsFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, fsmode.File)
 	if err != nil {
 		a.completions.Close()
 		a.failed.Close()

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -37,7 +38,7 @@ type jsonlFile struct {
 // complete line's unit is loaded so that redelivered messages are skipped.
 // onLine, if not nil, sees each complete line.
 func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -179,12 +180,13 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(j.path), filepath.Base(j.path)+".*.tmp")
+	// The new file takes the old one's mode: a rewrite leaves the
+	// permissions as the umask, or the file's owner, set them.
+	tmp, err := fsmode.CreateTemp(j.path, filepath.Base(j.path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	_ = tmp.Chmod(0o644)
 	fail := func(err error) error {
 		tmp.Close()
 		_, _ = j.f.Seek(0, io.SeekEnd)

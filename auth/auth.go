@@ -48,6 +48,12 @@ func InboxPrefix(r Role) string { return "_INBOX_" + string(r) }
 
 const api = "$JS.API."
 
+// UserInfoSubject is where a client asks the server for its own user and
+// permissions (nats-server answers it itself, without side effects).
+// Every role may ask, so that aerie doctor can say which permission a
+// command lacks.
+const UserInfoSubject = "$SYS.REQ.USER.INFO"
+
 // kvStream is the stream behind a KV bucket.
 func kvStream(bucket string) string { return "KV_" + bucket }
 
@@ -171,6 +177,9 @@ func Permissions(r Role) (*server.Permissions, error) {
 		sub = []string{inbox, schema.EventsRoot + ".*.heartbeat.*"}
 	default:
 		return nil, fmt.Errorf("role %q is not known: use producer, worker, aggregator or admin", r)
+	}
+	if r != Admin {
+		pub = append(pub, UserInfoSubject)
 	}
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: dedupe(pub)},

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -325,7 +326,7 @@ func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (S
 // the one that was there, never half of one.
 func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	tmp, err := fsmode.CreateTemp(path, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("create a file in %s: %w", dir, err)
 	}
@@ -335,9 +336,6 @@ func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	if err := write(tmp); err != nil {
 		return err
 	}

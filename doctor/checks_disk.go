@@ -8,6 +8,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+
+	"github.com/aerie-dev/aerie/fsmode"
 )
 
 const (
@@ -67,7 +69,7 @@ func probeWritable(dir string) (err error) {
 			}
 		}
 	}()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, fsmode.Dir); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, ".aerie-doctor-*")

@@ -27,15 +27,7 @@ func checkNATS(ctx context.Context, s *session) Result {
 		return skip("no NATS URL given (--nats)")
 	}
 	where := redactURLs(s.cfg.NATSURL)
-	opts := []nats.Option{nats.Name("aerie-doctor"), nats.NoReconnect()}
-	if deadline, ok := ctx.Deadline(); ok {
-		opts = append(opts, nats.Timeout(time.Until(deadline)))
-	}
-	if s.cfg.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(s.cfg.NATSCreds))
-	}
-	opts = append(opts, s.cfg.NATSOptions...)
-	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
+	nc, err := nats.Connect(s.cfg.NATSURL, s.connectOptions(ctx)...)
 	if err != nil {
 		return fail("start nats-server (for development: aerie server) or check --nats, --creds, --nkey and --tls-ca",
 			"cannot connect to %s: %v", where, err)
@@ -53,11 +45,29 @@ func checkNATS(ctx context.Context, s *session) Result {
 	return pass("%s", detail)
 }
 
+// connectOptions are the options of the doctor's connections: no
+// reconnecting, connecting within ctx's deadline, with the configured
+// credentials and options.
+func (s *session) connectOptions(ctx context.Context) []nats.Option {
+	// Refused permissions are reported by the checks, not printed.
+	opts := []nats.Option{nats.Name("aerie-doctor"), nats.NoReconnect(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
+	if deadline, ok := ctx.Deadline(); ok {
+		opts = append(opts, nats.Timeout(time.Until(deadline)))
+	}
+	if s.cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(s.cfg.NATSCreds))
+	}
+	return append(opts, s.cfg.NATSOptions...)
+}
+
 // checkJetStream asks for the account's JetStream usage, which fails when
 // JetStream is off.
 func checkJetStream(ctx context.Context, s *session) Result {
 	if s.nc == nil {
 		return skip("no NATS connection (see nats)")
+	}
+	if s.inboxDenied {
+		return skip("no reply can arrive: the credentials may not subscribe to the role's inbox (see permissions)")
 	}
 	js, err := jetstream.New(s.nc)
 	if err != nil {
@@ -100,8 +110,12 @@ func checkStreams(ctx context.Context, s *session) Result {
 		return skip("no JetStream (see jetstream)")
 	}
 	clustered := s.nc.ConnectedClusterName() != ""
-	var present, missing, wrong, fixes, notes []string
+	var present, missing, wrong, fixes, notes, hidden []string
 	lookup := func(name string) (*jetstream.StreamInfo, error) {
+		if !s.mayPublish("$JS.API.STREAM.INFO." + name) {
+			hidden = append(hidden, name)
+			return nil, nil
+		}
 		st, err := s.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			missing = append(missing, name)
@@ -139,6 +153,9 @@ func checkStreams(ctx context.Context, s *session) Result {
 	found := "none present"
 	if len(present) > 0 {
 		found = strings.Join(present, ", ")
+	}
+	if len(hidden) > 0 {
+		found += fmt.Sprintf("; not looked at, the %s may not read them: %s", s.cfg.Role, strings.Join(hidden, ", "))
 	}
 	switch {
 	case len(wrong) > 0:

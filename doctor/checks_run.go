@@ -157,8 +157,12 @@ func checkManifest(ctx context.Context, s *session) Result {
 	entry, err := kv.Get(ctx, s.cfg.Run)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		detail := fmt.Sprintf("no manifest for run %q in bucket %s", s.cfg.Run, schema.RunsBucket)
-		if runs := knownRuns(ctx, kv); len(runs) > 0 {
-			detail += "; runs there: " + quoteList(runs, 5)
+		// Listing the bucket's keys takes a consumer some roles may not
+		// create.
+		if s.mayPublish("$JS.API.CONSUMER.CREATE.KV_" + schema.RunsBucket + ".watch.$KV." + schema.RunsBucket + ".>") {
+			if runs := knownRuns(ctx, kv); len(runs) > 0 {
+				detail += "; runs there: " + quoteList(runs, 5)
+			}
 		}
 		return warn(produce, "%s", detail)
 	}

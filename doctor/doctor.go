@@ -1,5 +1,6 @@
 // Package doctor checks, before a run starts, everything that would
-// otherwise fail or misbehave hours into it: NATS and JetStream, the shape
+// otherwise fail or misbehave hours into it: NATS, the permissions of the
+// credentials against what their role's command needs, JetStream, the shape
 // of aerie's streams and of the run's consumer, the run manifest, the
 // backend (health, model name, context length, one real completion), the
 // output directory and its free space, and the systemd units' commands.
@@ -21,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -55,6 +57,12 @@ type Config struct {
 	// prefix and TLS settings. Nil connects with nats.go's defaults, which
 	// a server enforcing aerie's roles or TLS refuses.
 	NATSOptions []nats.Option
+	// Role is the aerie role whose credentials NATSOptions carry: the
+	// permissions check asks the server what they may do and names what
+	// that role's command (aerie work for the worker) would miss, and the
+	// other checks leave alone the streams the role may not read. Empty
+	// skips the permissions check and reads everything.
+	Role auth.Role
 	// Run is the run whose consumer, manifest and model are checked.
 	// Empty skips those checks. It must be a valid run name.
 	Run string
@@ -165,6 +173,7 @@ func scanTimeout(c Config) time.Duration       { return c.ScanTimeout }
 // when that is missing it is skipped with the reason.
 var checks = []check{
 	{"nats", checkTimeout, true, checkNATS},
+	{"permissions", checkTimeout, true, checkPermissions},
 	{"jetstream", checkTimeout, true, checkJetStream},
 	{"streams", checkTimeout, false, checkStreams},
 	{"manifest", checkTimeout, true, checkManifest},

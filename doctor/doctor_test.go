@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/provision"
@@ -48,6 +49,7 @@ func setup(t *testing.T) *bundle {
 		dir: dir,
 		cfg: doctor.Config{
 			NATSURL:     srv.ClientURL(),
+			Role:        auth.Admin,
 			Run:         testRun,
 			Backend:     startSim(t, simulator.Config{Model: testModel}),
 			DataDir:     filepath.Join(dir, "data"),
@@ -168,7 +170,7 @@ func expect(t *testing.T, rep doctor.Report, name string, st doctor.Status, text
 }
 
 var allChecks = []string{
-	"nats", "jetstream", "streams", "manifest", "consumer", "backend", "model",
+	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "backend", "model",
 	"context-length", "completion", "data-dir", "disk-space", "units",
 }
 
@@ -252,7 +254,7 @@ func TestPreflight(t *testing.T) {
 	for _, r := range pe.Report.Checks {
 		names = append(names, r.Name)
 	}
-	want := "nats jetstream manifest backend model completion data-dir disk-space"
+	want := "nats permissions jetstream manifest backend model completion data-dir disk-space"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("preflight ran %q, want %q", got, want)
 	}

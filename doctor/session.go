@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,8 +18,15 @@ type session struct {
 	cfg  Config
 	done map[string]Status // status of each check run so far
 
-	nc *nats.Conn          // nil unless the nats check connected
-	js jetstream.JetStream // nil unless JetStream answered
+	nc *nats.Conn // nil unless the nats check connected
+	// granted is what the server says the credentials may do, once
+	// grantedKnown (nil then: everything).
+	granted      *server.Permissions
+	grantedKnown bool
+	// inboxDenied: the credentials may not subscribe to the inbox the
+	// connection's replies go to.
+	inboxDenied bool
+	js          jetstream.JetStream // nil unless JetStream answered
 
 	consumer *jetstream.ConsumerInfo // the run's workers consumer, if it exists
 	manifest *schema.Manifest        // the run's manifest, if present and readable

@@ -13,6 +13,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/aerie-dev/aerie/fsmode"
 )
 
 // Holder says who holds a lock.
@@ -63,7 +65,7 @@ type Lock struct {
 // waiting: when another process holds it the error is a *HeldError naming
 // that process. what describes this process for the next one to ask.
 func Acquire(path, what string) (*Lock, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file %s: %w", path, err)
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aerie-dev/aerie/auth"
 
 	"github.com/aerie-dev/aerie/doctor"
 )
@@ -12,6 +15,7 @@ import (
 func cmdDoctor(ctx context.Context, args []string) error {
 	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
 	nf := addNATSFlags(fs, auth.Admin)
+	roleName := fs.String("role", "", "role whose credentials --nkey or --creds carry, checked against what its command needs: producer (aerie produce), worker (aerie work), aggregator (aerie aggregate) or admin (replay, reconcile, runs); default: the role that names the --nkey file (worker.nk: worker), else admin")
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
 	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
@@ -32,12 +36,17 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	role, err := doctorRole(*roleName, nf.nkey)
+	if err != nil {
+		return err
+	}
+	nf.role = role
 	natsOpts, err := nf.authOptions()
 	if err != nil {
 		return err
 	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSOptions: natsOpts, Run: *run, Model: *model,
+		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: *window, Units: *units,
@@ -52,4 +61,23 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d of %d checks failed", rep.Count(doctor.Fail), len(rep.Checks))
 	}
 	return nil
+}
+
+// doctorRole is the role doctor checks the credentials for: --role, or
+// the role a seed file written by aerie auth init is named after
+// (worker.nk), or admin, the role that may do everything.
+func doctorRole(flag, nkey string) (auth.Role, error) {
+	if flag != "" {
+		r, err := auth.ParseRole(flag)
+		if err != nil {
+			return "", fmt.Errorf("--role: %w", err)
+		}
+		return r, nil
+	}
+	if nkey != "" {
+		if r, err := auth.ParseRole(strings.TrimSuffix(filepath.Base(nkey), ".nk")); err == nil {
+			return r, nil
+		}
+	}
+	return auth.Admin, nil
 }

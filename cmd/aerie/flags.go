@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -30,7 +31,52 @@ func newFlags(name, synopsis string) (*flag.FlagSet, *logFlags) {
 	lf := &logFlags{}
 	fs.StringVar(&lf.level, "log-level", envOr("AERIE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env AERIE_LOG_LEVEL)")
 	fs.StringVar(&lf.format, "log-format", envOr("AERIE_LOG_FORMAT", "text"), "log format: text or json (env AERIE_LOG_FORMAT)")
+	if writesFiles[name] {
+		fs.Var(newUmaskFlag(), "umask", "octal `mask` of the permission bits taken away from every file and directory this command creates: the default keeps outputs, logs, locks and stores to their owner (files 0600, directories 0700); 0022 makes them readable by all (0644, 0755). Files that exist keep their mode, also when rewritten (env AERIE_UMASK)")
+	}
 	return fs, lf
+}
+
+// writesFiles names the commands that create files or directories, which
+// take --umask.
+var writesFiles = map[string]bool{
+	"run": true, "aggregate": true, "export": true, "gen-prompts": true,
+	"server": true, "auth init": true, "doctor": true,
+}
+
+// umaskFlag is --umask: the process umask, set once when the flags are
+// parsed (see parseFlags), before the command creates anything. Its
+// default is AERIE_UMASK, or fsmode.DefaultUmask when that is unset; a
+// bad AERIE_UMASK is reported when the flag is not given.
+type umaskFlag struct {
+	mask   int
+	envErr error
+}
+
+func newUmaskFlag() *umaskFlag {
+	u := &umaskFlag{mask: fsmode.DefaultUmask}
+	if v := os.Getenv("AERIE_UMASK"); v != "" {
+		if err := u.Set(v); err != nil {
+			u.envErr = fmt.Errorf("AERIE_UMASK: %w", err)
+		}
+	}
+	return u
+}
+
+func (u *umaskFlag) String() string {
+	if u == nil {
+		return fsmode.FormatUmask(fsmode.DefaultUmask)
+	}
+	return fsmode.FormatUmask(u.mask)
+}
+
+func (u *umaskFlag) Set(s string) error {
+	m, err := fsmode.ParseUmask(s)
+	if err != nil {
+		return err
+	}
+	u.mask, u.envErr = m, nil
+	return nil
 }
 
 type logFlags struct{ level, format string }
@@ -167,6 +213,13 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: every input is a flag (see %s -h)", fs.Arg(0), fs.Name())
+	}
+	if f := fs.Lookup("umask"); f != nil {
+		u := f.Value.(*umaskFlag)
+		if u.envErr != nil {
+			return u.envErr
+		}
+		fsmode.SetUmask(u.mask)
 	}
 	return nil
 }

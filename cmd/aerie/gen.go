@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/simulator"
 )
 
@@ -26,14 +27,17 @@ func cmdGen(_ context.Context, args []string) error {
 	if *turns < 1 {
 		return fmt.Errorf("--turns %d: give 1 or more user turns per conversation", *turns)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(*out), fsmode.Dir); err != nil {
 		return err
 	}
-	tmp := *out + ".tmp"
-	f, err := os.Create(tmp)
+	// Written beside the output and renamed over it: a file that was
+	// there keeps its mode, a new one gets the umask's.
+	f, err := fsmode.CreateTemp(*out, filepath.Base(*out)+".*.tmp")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after the rename, a no-op
 	w := bufio.NewWriter(f)
 	if err := simulator.WritePromptsWith(w, *count, *seed, simulator.PromptOptions{Turns: *turns}); err != nil {
 		f.Close()

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -51,6 +52,11 @@ func cmdRun(ctx context.Context, args []string) error {
 		key = sim.APIKey // the built-in simulator's --sim-api-key
 	}
 
+	// The data directory is made here, with the modes the umask leaves,
+	// before the embedded server makes it as a parent of its store.
+	if err := os.MkdirAll(*dataDir, fsmode.Dir); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
 	// On a terminal the live display owns stderr; the full log goes to a
 	// file beside the outputs.
 	display := pipeline.NewDisplay(os.Stderr)
@@ -58,10 +64,10 @@ func cmdRun(ctx context.Context, args []string) error {
 	var progress io.Writer = os.Stderr
 	if pipeline.IsTerminal(os.Stderr) {
 		dir := filepath.Join(*dataDir, *run)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(dir, fsmode.Dir); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
-		f, err := os.OpenFile(filepath.Join(dir, "aerie.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(filepath.Join(dir, "aerie.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, fsmode.File)
 		if err != nil {
 			return fmt.Errorf("open log file: %w", err)
 		}

@@ -62,7 +62,7 @@ func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key strin
 	if err != nil {
 		return err
 	}
-	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Run: run, Backend: backend, APIKey: key, Window: window})
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err

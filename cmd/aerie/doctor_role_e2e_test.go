@@ -1,0 +1,44 @@
+package main_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/auth"
+)
+
+// aerie doctor checks the credentials it is given for the command of
+// their role: the role named by the seed file, or --role. The right key
+// passes; another role's key fails, saying whose it is and what the
+// command would miss.
+func TestDoctorChecksTheRolesPermissions(t *testing.T) {
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	addr := freeAddr(t)
+	start(t, bin, "server", "--listen", addr, "--store", filepath.Join(dir, "nats"), "--auth-dir", keys)
+	waitTCP(t, addr)
+	key := func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--nkey", key(auth.Worker)}, 0, "PASS  permissions     user U"},
+		{[]string{"--nkey", key(auth.Worker)}, 0, "every permission aerie work needs is granted"},
+		{[]string{"--nkey", key(auth.Producer), "--role", "producer"}, 0, "every permission aerie produce needs is granted"},
+		{[]string{"--nkey", key(auth.Admin)}, 0, "every permission aerie replay, reconcile and runs needs is granted"},
+		{[]string{"--nkey", key(auth.Producer), "--role", "worker"}, 1, "FAIL  permissions     these are the producer's credentials, not the worker's"},
+		{[]string{"--nkey", key(auth.Worker), "--role", "aggregator"}, 1, "may not publish aerie.events.>: the aggregator cannot publish throughput events"},
+		{[]string{"--nkey", key(auth.Worker), "--role", "janitor"}, 1, `--role: role "janitor" is not known`},
+	} {
+		p := aerie(t, bin, append([]string{"doctor", "--nats", "nats://" + addr}, tc.args...)...)
+		code := p.exit(t, time.Minute)
+		out := p.stdout.String() + p.stderr.String()
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("aerie doctor %v: exit %d, want %d and %q in:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+}

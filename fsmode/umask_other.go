@@ -1,0 +1,5 @@
+//go:build !unix
+
+package fsmode
+
+func setUmask(int) int { return -1 }
