@@ -165,7 +165,7 @@ func TestKubernetesSchemasStrict(t *testing.T) {
 		"misspelt field": func(y string) string {
 			return strings.Replace(y, "readOnlyRootFilesystem:", "readOnlyRootFileSystem:", 1)
 		},
-		"wrong type": func(y string) string { return strings.Replace(y, "replicas: 1", "replicas: one", 1) },
+		"wrong type":   func(y string) string { return strings.Replace(y, "replicas: 1", "replicas: one", 1) },
 		"unknown kind": func(y string) string { return strings.Replace(y, "kind: Deployment", "kind: Deploymnet", 1) },
 	} {
 		bad := worker
