@@ -409,6 +409,12 @@ func checkContainer(t *testing.T, where string, c any, pod any, secrets map[stri
 					if mode, _ := get(v, "secret", "defaultMode").(int); mode&0o077 != 0 {
 						t.Errorf("%s: seed Secret mounted with mode %o, want 0400", where, mode)
 					}
+					// Secret files belong to root; with fsGroup the kubelet
+					// gives that group read access, so the non-root user
+					// can read its 0400 seed.
+					if get(pod, "securityContext", "fsGroup") != get(pod, "securityContext", "runAsGroup") || get(pod, "securityContext", "fsGroup") == nil {
+						t.Errorf("%s: fsGroup %v is not the pod's runAsGroup %v: the seed would be unreadable", where, get(pod, "securityContext", "fsGroup"), get(pod, "securityContext", "runAsGroup"))
+					}
 				}
 			}
 		}
