@@ -198,16 +198,16 @@ func TestDockerignore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, excluded := range map[string]bool{
-		".git/config":                         true,
-		"data/demo/completions.jsonl":         true,
-		"deploy/kubernetes/auth/worker.nk":    true,
-		"somewhere/admin.nk":                  true,
-		"bin/aerie":                           true,
-		"go.mod":                              false,
-		"go.sum":                              false,
-		"cmd/aerie/main.go":                   false,
-		"schema/names.go":                     false,
-		"simulator/testdata/placeholder.json": false,
+		".git/config":                              true,
+		"data/demo/completions.jsonl":              true,
+		"deploy/kubernetes/cluster/auth/worker.nk": true,
+		"somewhere/admin.nk":                       true,
+		"bin/aerie":                                true,
+		"go.mod":                                   false,
+		"go.sum":                                   false,
+		"cmd/aerie/main.go":                        false,
+		"schema/names.go":                          false,
+		"simulator/testdata/placeholder.json":      false,
 	} {
 		got, err := pm.MatchesOrParentMatches(path)
 		if err != nil {
