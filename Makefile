@@ -27,7 +27,7 @@ DATA     ?= ./data
 # FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench fuzz install clean
+.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -56,7 +56,7 @@ vet:
 	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
-test: vet
+test: vet deploy-check
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 # Each fuzz target in turn, bounded by FUZZTIME; the seed corpora are in
@@ -94,3 +94,27 @@ chaos:
 
 chaos-short:
 	$(GO) test -count=1 -v -short -timeout 5m -run '^TestChaosShort(Turns)?$$' ./chaos/
+
+# The container image (Dockerfile): the static binary on
+# distroless/static, run as a non-root user. IMAGE names the tag.
+IMAGE    ?= aerie:$(VERSION)
+
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# Offline checks of the deployment files: the Dockerfile (BuildKit's
+# parser and lint rules) and the static binary it builds, the compose demo
+# (compose-go, with the Compose schema), and the Kubernetes manifests
+# (rendered by kustomize, validated by kubeconform against the committed
+# schemas in deploy/kubernetes/schemas). deploy/check is a module of its
+# own, so that these tools stay out of aerie's go.mod.
+deploy-check:
+	cd deploy/check && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# Regenerate deploy/kubernetes/schemas from the Kubernetes OpenAPI spec
+# and KEDA's CRDs of these versions (needs the Go module proxy).
+K8S_SCHEMA_VERSION  ?= v1.37.2
+KEDA_SCHEMA_VERSION ?= v2.21.0
+
+deploy-schemas:
+	cd deploy/check && $(GO) run ./genschemas -kubernetes $(K8S_SCHEMA_VERSION) -keda $(KEDA_SCHEMA_VERSION) -out ../kubernetes/schemas

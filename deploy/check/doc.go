@@ -1,0 +1,11 @@
+// Package check validates aerie's deployment files offline, as part of
+// `make test` (target deploy-check): the container image definition
+// (Dockerfile, parsed by BuildKit's parser, and the static binary it
+// builds), the compose demo (loaded and schema-checked by compose-go) and
+// the Kubernetes manifests (rendered by kustomize and validated by
+// kubeconform against the committed schemas in deploy/kubernetes/schemas,
+// strict, with no network).
+//
+// It is a module of its own so that these tools stay out of aerie's
+// go.mod: aerie's binary depends on none of them.
+package check
