@@ -135,13 +135,14 @@ type ClusterReport struct {
 }
 
 // LeaderKill is what the kill of AERIE_PROMPTS's leader measured, each
-// time from the kill: Elected when stream info first named another
-// leader, FirstResult when the first result was stored after the kill,
-// and Current, from the restart, when the restarted node was current on
-// every replicated stream again.
+// time from the kill: Elected when the new leader took over (its
+// leader_since in stream info), FirstResult when the first result was
+// stored after the kill, FirstAfterElection the first stored after the
+// new leader took over; and Current, from the restart, when the
+// restarted node was current on every replicated stream again.
 type LeaderKill struct {
-	Node, NewLeader              string
-	Elected, FirstResult, Current time.Duration
+	Node, NewLeader                                   string
+	Elected, FirstResult, FirstAfterElection, Current time.Duration
 }
 
 // CutOff is what the cut-off of a worker's host measured. Redelivered is
@@ -178,8 +179,8 @@ func (r *ClusterReport) String() string {
 		return d.Round(10 * time.Millisecond).String()
 	}
 	l := r.Leader
-	fmt.Fprintf(&b, "  leader kill: %s (SIGKILL at %.0f%%): new leader %s elected after %s, first result stored %s after the kill; restarted after %v, current again %s after the restart\n",
-		l.Node, 100*c.LeaderKillAt, l.NewLeader, ms(l.Elected), ms(l.FirstResult), c.LeaderDown, ms(l.Current))
+	fmt.Fprintf(&b, "  leader kill: %s (SIGKILL at %.0f%%): new leader %s took over %s after the kill; first result stored %s after the kill, first after the takeover %s after the kill; restarted after %v, current again %s after the restart\n",
+		l.Node, 100*c.LeaderKillAt, l.NewLeader, ms(l.Elected), ms(l.FirstResult), ms(l.FirstAfterElection), c.LeaderDown, ms(l.Current))
 	u := r.Cut
 	fmt.Fprintf(&b, "  cut-off: %s (%s) for %v at %.0f%%: first redelivered prompt answered by the other worker %s after the cut; %d results from it during the cut; its first result %s after the reconnect\n",
 		u.Worker, u.Mode, u.Held.Round(10*time.Millisecond), 100*c.CutAt, ms(u.Redelivered), u.DuringCut, ms(u.FirstResult))
@@ -681,16 +682,28 @@ func (h *ClusterHarness) faults(ctx context.Context, rep *ClusterReport) error {
 // leader returns the server name of AERIE_PROMPTS's leader ("" while
 // there is none).
 func (h *ClusterHarness) leader(ctx context.Context) string {
+	l, _ := h.leaderSince(ctx)
+	return l
+}
+
+// leaderSince returns AERIE_PROMPTS's leader and when it took over (zero
+// when the server does not say).
+func (h *ClusterHarness) leaderSince(ctx context.Context) (string, time.Time) {
 	c, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s, err := h.js.Stream(c, schema.PromptsStream)
 	if err != nil {
-		return ""
+		return "", time.Time{}
 	}
-	if info := s.CachedInfo(); info.Cluster != nil {
-		return info.Cluster.Leader
+	info := s.CachedInfo()
+	if info.Cluster == nil {
+		return "", time.Time{}
 	}
-	return ""
+	var since time.Time
+	if info.Cluster.LeaderSince != nil {
+		since = *info.Cluster.LeaderSince
+	}
+	return info.Cluster.Leader, since
 }
 
 func (h *ClusterHarness) node(name string) *clusterNode {
@@ -715,9 +728,12 @@ func (h *ClusterHarness) killLeader(ctx context.Context, m *LeaderKill) error {
 	killed := time.Now()
 	n.proc.kill()
 	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
-		l := h.leader(ctx)
+		l, since := h.leaderSince(ctx)
 		if l != "" && l != n.name {
 			m.NewLeader, m.Elected = l, time.Since(killed)
+			if since.After(killed) {
+				m.Elected = since.Sub(killed)
+			}
 			return true, nil
 		}
 		return false, nil
@@ -736,8 +752,15 @@ func (h *ClusterHarness) killLeader(ctx context.Context, m *LeaderKill) error {
 	if m.Current, err = h.waitCurrent(ctx, n.name, restarted); err != nil {
 		return err
 	}
-	m.FirstResult = h.results.firstAfter(killed, func(resultEntry) bool { return true })
-	h.log("%s current again %v after its restart; first result stored %v after the kill", n.name, m.Current.Round(time.Millisecond), m.FirstResult.Round(time.Millisecond))
+	any := func(resultEntry) bool { return true }
+	m.FirstResult = h.results.firstAfter(killed, any)
+	if d := h.results.firstAfter(killed.Add(m.Elected), any); d >= 0 {
+		m.FirstAfterElection = m.Elected + d
+	} else {
+		m.FirstAfterElection = -1
+	}
+	h.log("%s current again %v after its restart; first result stored %v after the kill, %v after it once the new leader took over",
+		n.name, m.Current.Round(time.Millisecond), m.FirstResult.Round(time.Millisecond), m.FirstAfterElection.Round(time.Millisecond))
 	return nil
 }
 
