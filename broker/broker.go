@@ -217,10 +217,7 @@ func clusterOptions(opts *server.Options, cfg Config) error {
 // nats://host:port, the same).
 func RouteURL(s string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
-	if err != nil {
-		return nil, fmt.Errorf("broker: route %q: %w", s, err)
-	}
-	if (u.Scheme != "nats-route" && u.Scheme != "nats") || u.Hostname() == "" || u.Port() == "" {
+	if err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats") || u.Hostname() == "" || u.Port() == "" {
 		return nil, fmt.Errorf("broker: route %q: want nats-route://host:port", redactURL(s))
 	}
 	return u, nil
