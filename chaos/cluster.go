@@ -149,12 +149,14 @@ type LeaderKill struct {
 // from the cut to the first result stored by the other worker for a
 // prompt delivered more than once; FirstResult is from the reconnect to
 // the cut-off worker's first result stored; DuringCut counts its results
-// stored while it was off the network (none, with namespaces).
+// stored while it was off the network (none, with namespaces);
+// Redeliveries the other worker's results, stored from the cut until
+// AckWait after the reconnect, of prompts delivered more than once.
 type CutOff struct {
 	Worker, Mode             string
 	Held                     time.Duration
 	Redelivered, FirstResult time.Duration
-	DuringCut                int
+	DuringCut, Redeliveries  int
 }
 
 // Wipe is what the rebuilt node measured: Current is from its restart,
@@ -182,8 +184,8 @@ func (r *ClusterReport) String() string {
 	fmt.Fprintf(&b, "  leader kill: %s (SIGKILL at %.0f%%): new leader %s took over %s after the kill; first result stored %s after the kill, first after the takeover %s after the kill; restarted after %v, current again %s after the restart\n",
 		l.Node, 100*c.LeaderKillAt, l.NewLeader, ms(l.Elected), ms(l.FirstResult), ms(l.FirstAfterElection), c.LeaderDown, ms(l.Current))
 	u := r.Cut
-	fmt.Fprintf(&b, "  cut-off: %s (%s) for %v at %.0f%%: first redelivered prompt answered by the other worker %s after the cut; %d results from it during the cut; its first result %s after the reconnect\n",
-		u.Worker, u.Mode, u.Held.Round(10*time.Millisecond), 100*c.CutAt, ms(u.Redelivered), u.DuringCut, ms(u.FirstResult))
+	fmt.Fprintf(&b, "  cut-off: %s (%s) for %v at %.0f%%: first redelivered prompt answered by the other worker %s after the cut (%d redelivered prompts answered by it); %d results from %s during the cut; its first result %s after the reconnect\n",
+		u.Worker, u.Mode, u.Held.Round(10*time.Millisecond), 100*c.CutAt, ms(u.Redelivered), u.Redeliveries, u.DuringCut, u.Worker, ms(u.FirstResult))
 	w := r.Wipe
 	fmt.Fprintf(&b, "  store wiped: %s (stopped at %.0f%%, store deleted, restarted empty after %v): current on every replicated stream %s after the restart", w.Node, 100*c.WipeAt, c.WipeDown, ms(w.Current))
 	if len(w.PeerRemoved) > 0 {
@@ -235,6 +237,7 @@ type ClusterHarness struct {
 
 	mu      sync.Mutex
 	procs   []*process
+	pmu     sync.Mutex // guards progress, read by the faults and by conduct
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	results *resultLog
@@ -612,6 +615,13 @@ func (h *ClusterHarness) conduct(ctx context.Context, rep *ClusterReport) error 
 	go func() { faults <- h.faults(ctx, rep) }()
 	var faultErr error
 	faultsDone := false
+	// The faults are over before conduct returns: they change the nodes.
+	defer func() {
+		if !faultsDone {
+			cancel()
+			<-faults
+		}
+	}()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	last, lastAt := -1, time.Now()
@@ -622,36 +632,52 @@ func (h *ClusterHarness) conduct(ctx context.Context, rep *ClusterReport) error 
 			if faultErr != nil {
 				return fmt.Errorf("fault injection: %w", faultErr)
 			}
-			h.log("faults done; progress %s", &h.progress)
+			h.log("faults done; progress %s", h.progressNow())
 		case <-h.aggregator.done:
-			h.log("aggregator exited (%s); progress %s", h.aggregator.exitStatus(), &h.progress)
+			h.log("aggregator exited (%s); progress %s", h.aggregator.exitStatus(), h.progressNow())
 			if h.aggregator.err != nil {
 				return fmt.Errorf("aggregator: %s\n%s", h.aggregator.exitStatus(), h.aggregator.tail(20))
 			}
 			if !faultsDone {
-				cancel()
-				<-faults
 				return errors.New("the run ended before every fault was injected: lower the faults' shares or raise Prompts")
 			}
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("%w: progress %s after %v", ErrStalled, &h.progress, h.cfg.Timeout)
+			return fmt.Errorf("%w: progress %s after %v", ErrStalled, h.progressNow(), h.cfg.Timeout)
 		case <-tick.C:
-			if n := h.progress.lines(); n != last {
+			if n := h.lines(); n != last {
 				if n/(h.cfg.Prompts/10+1) != last/(h.cfg.Prompts/10+1) {
-					h.log("progress %s", &h.progress)
+					h.log("progress %s", h.progressNow())
 				}
 				last, lastAt = n, time.Now()
 			} else if time.Since(lastAt) > 2*time.Minute {
-				return fmt.Errorf("%w: no progress for two minutes at %s", ErrStalled, &h.progress)
+				return fmt.Errorf("%w: no progress for two minutes at %s", ErrStalled, h.progressNow())
 			}
 		}
 	}
 }
 
+func (h *ClusterHarness) lines() int {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	return h.progress.lines()
+}
+
+func (h *ClusterHarness) share() float64 {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	return h.progress.share()
+}
+
+func (h *ClusterHarness) progressNow() string {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	return h.progress.String()
+}
+
 // waitShare waits until progress reaches share.
 func (h *ClusterHarness) waitShare(ctx context.Context, share float64) error {
-	return poll(ctx, h.cfg.Timeout, func() (bool, error) { return h.progress.share() >= share, nil })
+	return poll(ctx, h.cfg.Timeout, func() (bool, error) { return h.share() >= share, nil })
 }
 
 // pause waits d (a fault's chosen length, not a synchronisation).
@@ -724,7 +750,7 @@ func (h *ClusterHarness) killLeader(ctx context.Context, m *LeaderKill) error {
 		return fmt.Errorf("no leader of %s: %w", schema.PromptsStream, err)
 	}
 	m.Node = n.name
-	h.log("killing %s, leader of %s (SIGKILL); progress %s", n.name, schema.PromptsStream, &h.progress)
+	h.log("killing %s, leader of %s (SIGKILL); progress %s", n.name, schema.PromptsStream, h.progressNow())
 	killed := time.Now()
 	n.proc.kill()
 	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
@@ -838,7 +864,7 @@ func (h *ClusterHarness) cutWorker(ctx context.Context, m *CutOff) error {
 		back = func() error { return h.lab.reconnect(host.name) }
 		m.Mode = "veth down"
 	}
-	h.log("cutting %s off the network for %v (%s); progress %s", w.name, h.cfg.CutFor, m.Mode, &h.progress)
+	h.log("cutting %s off the network for %v (%s); progress %s", w.name, h.cfg.CutFor, m.Mode, h.progressNow())
 	if err := cut(); err != nil {
 		return err
 	}
@@ -852,7 +878,7 @@ func (h *ClusterHarness) cutWorker(ctx context.Context, m *CutOff) error {
 	}
 	backAt := time.Now()
 	m.Held = backAt.Sub(cutAt)
-	h.log("%s reconnected after %v; progress %s", w.name, m.Held.Round(time.Millisecond), &h.progress)
+	h.log("%s reconnected after %v; progress %s", w.name, m.Held.Round(time.Millisecond), h.progressNow())
 	m.DuringCut = h.results.count(func(e resultEntry) bool {
 		return e.worker == w.name && e.stored.After(cutAt) && e.stored.Before(backAt)
 	})
@@ -864,6 +890,12 @@ func (h *ClusterHarness) cutWorker(ctx context.Context, m *CutOff) error {
 	}
 	m.FirstResult = h.results.firstAfter(backAt, func(e resultEntry) bool { return e.worker == w.name })
 	m.Redelivered = h.results.firstAfter(cutAt, redelivered)
+	if err := pause(ctx, h.cfg.AckWait); err != nil {
+		return err
+	}
+	m.Redeliveries = h.results.count(func(e resultEntry) bool {
+		return redelivered(e) && e.stored.After(cutAt) && e.stored.Before(backAt.Add(h.cfg.AckWait))
+	})
 	h.log("%s: first result %v after the reconnect; first redelivered prompt answered by %s %v after the cut",
 		w.name, m.FirstResult.Round(time.Millisecond), other.name, m.Redelivered.Round(time.Millisecond))
 	return nil
@@ -883,7 +915,7 @@ func (h *ClusterHarness) wipeNode(ctx context.Context, m *Wipe) error {
 		}
 	}
 	m.Node = n.name
-	h.log("stopping %s (SIGTERM) and deleting its store; progress %s", n.name, &h.progress)
+	h.log("stopping %s (SIGTERM) and deleting its store; progress %s", n.name, h.progressNow())
 	n.proc.terminate(30 * time.Second)
 	if err := os.RemoveAll(n.store); err != nil {
 		return err
