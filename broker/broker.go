@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +61,36 @@ type Config struct {
 	// configuration (a ClientCAs pool with RequireAndVerifyClientCert asks
 	// for client certificates too). Nil: plain TCP.
 	TLS *tls.Config
+
+	// Name is the server's name. In a cluster it must differ on every
+	// node: JetStream places replicas and elects leaders by name, and a
+	// node that comes back under the same name (even with an empty store)
+	// takes its old place. Empty means "aerie", right for a server alone.
+	Name string
+	// ClusterListen is the host:port where the other nodes of a cluster
+	// connect (routes). Empty: no cluster, the server stands alone, and
+	// the other cluster fields are ignored.
+	ClusterListen string
+	// ClusterName is the cluster's name, the same on every node. Empty
+	// means "aerie".
+	ClusterName string
+	// Routes are the nats-route://host:port URLs of the cluster's nodes;
+	// the node connects to every one (it recognises and skips itself, so
+	// every node may be given the same list). Credentials in a URL are
+	// replaced by RouteUser's. Required with ClusterListen: JetStream in
+	// a cluster will not start without routes.
+	Routes []string
+	// RouteUser and RoutePassword, when RouteUser is not empty, are the
+	// credentials every route must present, in both directions: a server
+	// that does not know them cannot join the cluster, and so cannot read
+	// or replace what the streams hold. Empty: any server that reaches
+	// ClusterListen may join, as on a developer's machine.
+	RouteUser, RoutePassword string
+	// ClusterTLS, when not nil, makes routes use TLS with this
+	// configuration, for both the routes this node accepts and those it
+	// opens (a ClientCAs pool with RequireAndVerifyClientCert makes each
+	// side prove itself with a certificate). Nil: routes in plain TCP.
+	ClusterTLS *tls.Config
 }
 
 // Server is a running embedded NATS server.
@@ -87,8 +119,12 @@ func Start(cfg Config) (*Server, error) {
 	if maxPayload == 0 {
 		maxPayload = DefaultMaxPayload
 	}
+	name := cfg.Name
+	if name == "" {
+		name = "aerie"
+	}
 	opts := &server.Options{
-		ServerName: "aerie",
+		ServerName: name,
 		Host:       host,
 		Port:       port,
 		JetStream:  true,
@@ -102,6 +138,11 @@ func Start(cfg Config) (*Server, error) {
 		opts.TLSConfig = cfg.TLS
 		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 		opts.TLSTimeout = 5
+	}
+	if cfg.ClusterListen != "" {
+		if err := clusterOptions(opts, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.SyncInterval == 0 {
 		opts.SyncAlways = true
@@ -133,6 +174,88 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// clusterOptions fills in the cluster part of opts from cfg.
+func clusterOptions(opts *server.Options, cfg Config) error {
+	host, port, err := splitHostPort(cfg.ClusterListen)
+	if err != nil {
+		return fmt.Errorf("broker: cluster listen address %q: %w", cfg.ClusterListen, err)
+	}
+	opts.Cluster.Host, opts.Cluster.Port = host, port
+	opts.Cluster.Name = cfg.ClusterName
+	if opts.Cluster.Name == "" {
+		opts.Cluster.Name = "aerie"
+	}
+	if (cfg.RouteUser == "") != (cfg.RoutePassword == "") {
+		return errors.New("broker: a route user needs a route password, and the other way round")
+	}
+	opts.Cluster.Username, opts.Cluster.Password = cfg.RouteUser, cfg.RoutePassword
+	if len(cfg.Routes) == 0 {
+		return fmt.Errorf("broker: cluster on %s has no routes: JetStream in a cluster needs the nats-route://host:port of the other nodes", cfg.ClusterListen)
+	}
+	for _, r := range cfg.Routes {
+		u, err := RouteURL(r)
+		if err != nil {
+			return err
+		}
+		if cfg.RouteUser != "" {
+			u.User = url.UserPassword(cfg.RouteUser, cfg.RoutePassword)
+		} else {
+			u.User = nil
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	if cfg.ClusterTLS != nil {
+		opts.Cluster.TLSConfig = cfg.ClusterTLS
+		opts.Cluster.TLSTimeout = 5
+	}
+	return nil
+}
+
+// RouteURL parses one route of a cluster: nats-route://host:port (or
+// nats://host:port, the same).
+func RouteURL(s string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || (u.Scheme != "nats-route" && u.Scheme != "nats") || u.Hostname() == "" || u.Port() == "" {
+		return nil, fmt.Errorf("broker: route %q: want nats-route://host:port", redactURL(s))
+	}
+	return u, nil
+}
+
+// redactURL hides a password in s, when s parses as a URL.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
+}
+
+// splitHostPort splits host:port; an empty host means every interface
+// (a cluster is meant to be reached from other hosts).
+func splitHostPort(hp string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, errors.New("want host:port")
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q is not a port number", p)
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return host, port, nil
+}
+
+// ClusterAddr is the host:port the server accepts routes on; empty when
+// it is not in a cluster.
+func (s *Server) ClusterAddr() string {
+	a := s.ns.ClusterAddr()
+	if a == nil {
+		return ""
+	}
+	return net.JoinHostPort(a.IP.String(), strconv.Itoa(a.Port))
 }
 
 // readyTimeout bounds how long Start waits for the server to accept

@@ -22,11 +22,21 @@
 // aggregator's output files, so the schedule adapts to the speed of the
 // machine. The Report says what was done and what came out.
 //
+// A ClusterHarness does a run against a three-node cluster of `aerie
+// server` processes instead (authenticated routes, role credentials, R3
+// streams), two workers and the aggregator, each in a network namespace
+// of its own joined by a private bridge when the machine allows it
+// (loopback otherwise): it kills the leader of AERIE_PROMPTS, cuts a
+// worker's host off the network for longer than AckWait, and rebuilds a
+// node from an empty store, and measures how long each recovery takes
+// (ClusterReport; figures in docs/cluster.md).
+//
 // The tests of this package are the suite: TestChaosShort (about 600
 // prompts, one kill of each kind) and TestChaosShortTurns (about 150
 // conversations) run with `go test ./...`; TestChaos (about 5,000
 // prompts, a worker killed every few seconds) and TestChaosTurns (about
-// 2,500 conversations) only with AERIE_CHAOS=1. See `make chaos` and
-// `make chaos-short`, and chaos_test.go for the environment variables
-// that tune a run.
+// 2,500 conversations) only with AERIE_CHAOS=1; TestClusterShort (600
+// prompts) always, TestCluster (3,000) only with AERIE_CHAOS=1. See
+// `make chaos` and `make chaos-short`, and chaos_test.go and
+// cluster_test.go for the environment variables that tune a run.
 package chaos
