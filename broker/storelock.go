@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/lockfile"
 )
 
@@ -39,10 +40,11 @@ func (e *StoreInUseError) Error() string {
 		e.Store, holder)
 }
 
-// lockStore takes the lock on dir, creating dir if needed, and records
+// lockStore takes the lock on dir, creating dir if needed (its mode left
+// to the umask, as for everything aerie creates), and records
 // addr as this server's address until it knows the one it listens on.
 func lockStore(dir, addr string) (*lockfile.Lock, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, fsmode.Dir); err != nil {
 		return nil, fmt.Errorf("broker: create store directory %s: %w", dir, err)
 	}
 	l, err := lockfile.Acquire(filepath.Join(dir, LockFileName), "aerie NATS server")
