@@ -4,7 +4,9 @@
 // builds), the compose demo (loaded and schema-checked by compose-go) and
 // the Kubernetes manifests (rendered by kustomize and validated by
 // kubeconform against the committed schemas in deploy/kubernetes/schemas,
-// strict, with no network).
+// strict, with no network), the NATS chart values (the route credentials
+// parsed by nats-server) and the NetworkPolicies, evaluated on the
+// connections aerie needs and on some it must not get.
 //
 // It is a module of its own so that these tools stay out of aerie's
 // go.mod: aerie's binary depends on none of them.

@@ -34,17 +34,16 @@ type object struct {
 }
 
 // render copies deploy/kubernetes to a temporary directory, writes the
-// role seeds there with `aerie auth init` (as a user does before
-// applying), and renders kustomization dir with kustomize.
+// role seeds and route credentials there with `aerie auth init` (as a
+// user does before applying), and renders kustomization dir with
+// kustomize.
 func render(t *testing.T, dir string) []object {
 	t.Helper()
 	tmp := t.TempDir()
 	if err := copyTree(kubeDir, tmp); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(aerieBinary(t), "auth", "init", "--out", filepath.Join(tmp, "cluster", "auth")).CombinedOutput(); err != nil {
-		t.Fatalf("aerie auth init: %v\n%s", err, out)
-	}
+	authInit(t, filepath.Join(tmp, "cluster", "auth"))
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(tmp, dir))
 	if err != nil {
@@ -56,6 +55,49 @@ func render(t *testing.T, dir string) []object {
 	}
 	return objs
 }
+
+// natsRoutes are the chart's route addresses for release nats with
+// config.cluster.replicas 3: <statefulset>-<i>.<headless service>:<port>,
+// as the chart writes them (routeURLs.useFQDN false). README.md has the
+// operator pass them to auth init --routes.
+var natsRoutes = []string{"nats-0.nats-headless:6222", "nats-1.nats-headless:6222", "nats-2.nats-headless:6222"}
+
+// authInit writes the role seeds, users.conf, route.secret and
+// routes.conf into dir as README.md has the operator do.
+func authInit(t *testing.T, dir string) {
+	t.Helper()
+	bin := aerieBinary(t)
+	out, err := exec.Command(bin, "auth", "init", "--out", dir, "--routes", strings.Join(natsRoutes, ",")).CombinedOutput()
+	if err != nil && strings.Contains(string(out), "flag provided but not defined: -routes") {
+		// An aerie whose auth init writes no route credentials yet: its
+		// seeds and users.conf, and a test route secret with the
+		// routes.conf auth init writes for it (the route authorization
+		// and the routes with the credentials in their URLs).
+		out, err = exec.Command(bin, "auth", "init", "--out", dir).CombinedOutput()
+		if err == nil {
+			err = writeTestRoutes(dir)
+		}
+	}
+	if err != nil {
+		t.Fatalf("aerie auth init: %v\n%s", err, out)
+	}
+}
+
+func writeTestRoutes(dir string) error {
+	const secret = "YWVyaWUgZGVwbG95IGNoZWNrIHJvdXRlIHNlY3JldCE"
+	conf := fmt.Sprintf("authorization {\n  user: %q\n  password: %q\n  timeout: 2\n}\nroutes: [\n", routeUser, secret)
+	for _, r := range natsRoutes {
+		conf += fmt.Sprintf("  %q\n", "nats-route://"+routeUser+":"+secret+"@"+r)
+	}
+	conf += "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "route.secret"), []byte(secret+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "routes.conf"), []byte(conf), 0o600)
+}
+
+// routeUser is the user every NATS node presents on its routes.
+const routeUser = "aerie-route"
 
 func toObject(t *testing.T, r *kresource.Resource) object {
 	t.Helper()

@@ -44,6 +44,7 @@ var kinds = []kind{
 	{apiVersion: "v1", kind: "Secret", spec: "api__v1_openapi.json", def: "io.k8s.api.core.v1.Secret"},
 	{apiVersion: "apps/v1", kind: "Deployment", spec: "apis__apps__v1_openapi.json", def: "io.k8s.api.apps.v1.Deployment"},
 	{apiVersion: "apps/v1", kind: "StatefulSet", spec: "apis__apps__v1_openapi.json", def: "io.k8s.api.apps.v1.StatefulSet"},
+	{apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", spec: "apis__networking.k8s.io__v1_openapi.json", def: "io.k8s.api.networking.v1.NetworkPolicy"},
 	{apiVersion: "keda.sh/v1alpha1", kind: "ScaledObject", crd: "keda.sh_scaledobjects.yaml"},
 }
 
