@@ -11,6 +11,7 @@ import (
 
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,10 +22,14 @@ import (
 type cluster struct {
 	srv  *broker.Server
 	keys string
+	// tls are the options of a client over mutual TLS: the CA and a
+	// client certificate it signed.
+	tls []nats.Option
 }
 
-// start runs the embedded server admitting only the four roles, and
-// provisions aerie's streams and buckets as the producer would.
+// start runs the embedded server admitting only the four roles, over
+// mutual TLS as a shared cluster runs, and provisions aerie's streams and
+// buckets as the producer would.
 func start(t *testing.T) *cluster {
 	t.Helper()
 	keys := filepath.Join(t.TempDir(), "keys")
@@ -36,12 +41,14 @@ func start(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := broker.Start(broker.Config{StoreDir: t.TempDir(), Port: -1, Users: users})
+	pki := brokertest.NewPKI(t)
+	srv, err := broker.Start(broker.Config{StoreDir: t.TempDir(), Port: -1, Users: users, TLS: pki.MutualTLS(t, "server")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	c := &cluster{srv: srv, keys: keys}
+	cert, key := pki.Issue(t, "client")
+	c := &cluster{srv: srv, keys: keys, tls: []nats.Option{nats.RootCAs(pki.CA), nats.ClientCert(cert, key)}}
 	_, js := c.connect(t, auth.Producer)
 	ctx := ctxT(t)
 	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
@@ -59,14 +66,16 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// connect connects over TCP as role r, with r's seed and inbox prefix.
+// connect connects over mutual TLS as role r, with r's seed and inbox
+// prefix.
 func (c *cluster) connect(t *testing.T, r auth.Role) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	o, err := nats.NkeyOptionFromSeed(filepath.Join(c.keys, auth.SeedFile(r)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(c.srv.ClientURL(), o, nats.CustomInboxPrefix(auth.InboxPrefix(r)), nats.NoReconnect())
+	opts := append([]nats.Option{o, nats.CustomInboxPrefix(auth.InboxPrefix(r)), nats.NoReconnect()}, c.tls...)
+	nc, err := nats.Connect(c.srv.ClientURL(), opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)
 	}
@@ -164,15 +173,25 @@ func TestRoleCannotReadAnotherInbox(t *testing.T) {
 	}
 }
 
+// A client with a valid certificate but no role key is refused, and so
+// is a client with a role key that does not speak TLS.
 func TestNoCredentialsRefused(t *testing.T) {
 	c := start(t)
-	nc, err := nats.Connect(c.srv.ClientURL(), nats.NoReconnect())
+	nc, err := nats.Connect(c.srv.ClientURL(), append([]nats.Option{nats.NoReconnect()}, c.tls...)...)
 	if err == nil {
 		nc.Close()
 		t.Fatal("connected without credentials")
 	}
 	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 		t.Fatalf("want an authorization violation, got %v", err)
+	}
+	o, err := nats.NkeyOptionFromSeed(filepath.Join(c.keys, auth.SeedFile(auth.Admin)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc, err := nats.Connect(c.srv.ClientURL(), o, nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("the admin key connected without TLS")
 	}
 }
 

@@ -1,22 +1,15 @@
 package auth_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -140,58 +133,29 @@ func uncomment(conf string) (string, uncommented) {
 }
 
 // writeCerts writes a throwaway CA (ca.pem) and the certificates the
-// deploy configuration names (server.pem, route.pem and their keys).
+// deploy configuration names (server.pem, route.pem and their keys) into
+// dir.
 func writeCerts(t *testing.T, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "aerie test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEMFile(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", caDER)
-	for i, name := range []string{"server", "route"} {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage:    x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			DNSNames:    []string{"nats-1.example.internal", "nats-2.example.internal", "nats-3.example.internal"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kb, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writePEMFile(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
-		writePEMFile(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kb)
+	pki := brokertest.NewPKI(t)
+	copyFile(t, pki.CA, filepath.Join(dir, "ca.pem"))
+	for _, name := range []string{"server", "route"} {
+		cert, key := pki.Issue(t, name, "nats-1.example.internal", "nats-2.example.internal", "nats-3.example.internal")
+		copyFile(t, cert, filepath.Join(dir, name+".pem"))
+		copyFile(t, key, filepath.Join(dir, name+"-key.pem"))
 	}
 }
 
-func writePEMFile(t *testing.T, path, typ string, der []byte) {
+func copyFile(t *testing.T, from, to string) {
 	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
