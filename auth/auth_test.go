@@ -265,3 +265,63 @@ func TestUsersConfLoads(t *testing.T) {
 		}
 	}
 }
+
+// Nodes of a cluster started together on one auth directory must all end
+// up with the same seeds and route secret, none of them failing because
+// another made a file first or reading one half written.
+func TestEnsureDirConcurrently(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		dir := filepath.Join(t.TempDir(), "keys")
+		const nodes = 6
+		type got struct {
+			public map[auth.Role]string
+			secret string
+			err    error
+		}
+		results := make(chan got, nodes)
+		start := make(chan struct{})
+		for i := 0; i < nodes; i++ {
+			go func() {
+				<-start
+				public, err := auth.EnsureDir(dir)
+				if err != nil {
+					results <- got{err: err}
+					return
+				}
+				secret, err := auth.EnsureRouteSecret(dir)
+				results <- got{public: public, secret: secret, err: err}
+			}()
+		}
+		close(start)
+		var first got
+		for i := 0; i < nodes; i++ {
+			g := <-results
+			if g.err != nil {
+				t.Fatalf("round %d: %v", round, g.err)
+			}
+			if i == 0 {
+				first = g
+				continue
+			}
+			for _, r := range auth.Roles {
+				if g.public[r] != first.public[r] {
+					t.Fatalf("round %d: two nodes got different %s keys", round, r)
+				}
+			}
+			if g.secret != first.secret {
+				t.Fatalf("round %d: two nodes got different route secrets", round)
+			}
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != len(auth.Roles)+1 {
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("round %d: %s holds %v, want the seeds and route.secret only", round, dir, names)
+		}
+	}
+}

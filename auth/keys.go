@@ -59,19 +59,51 @@ func createSeed(path string) (nkeys.KeyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: seed for %s: %w", path, err)
 	}
-	// O_EXCL: a seed written meanwhile by someone else is never replaced.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	created, err := createOnce(path, append(seed, '\n'))
 	if err != nil {
-		return nil, fmt.Errorf("auth: write %s: %w", path, err)
+		return nil, err
 	}
-	if _, err := f.Write(append(seed, '\n')); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("auth: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("auth: write %s: %w", path, err)
+	if !created {
+		// Another process (a second node started on the same directory)
+		// made it meanwhile: use that one, as every node must.
+		return LoadSeed(path)
 	}
 	return kp, nil
+}
+
+// createOnce creates path, mode 0600, holding content, unless path exists
+// (created false, nothing written). The file appears whole or not at all:
+// it is written to a temporary file and linked into place, so a process
+// starting beside this one on the same directory never reads a seed or a
+// secret half written, and never replaces one another process made.
+func createOnce(path string, content []byte) (created bool, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(content); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	return true, nil
 }
 
 // LoadSeed reads a user nkey seed file (as written by EnsureDir or `nk

@@ -44,20 +44,13 @@ func EnsureRouteSecret(dir string) (string, error) {
 		return "", fmt.Errorf("auth: route secret: %w", err)
 	}
 	secret = base64.RawURLEncoding.EncodeToString(b)
-	// O_EXCL: a secret written meanwhile by someone else is never replaced.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return readRouteSecret(path)
-	}
+	created, err := createOnce(path, []byte(secret+"\n"))
 	if err != nil {
-		return "", fmt.Errorf("auth: write %s: %w", path, err)
+		return "", err
 	}
-	if _, err := f.WriteString(secret + "\n"); err != nil {
-		f.Close()
-		return "", fmt.Errorf("auth: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("auth: write %s: %w", path, err)
+	if !created {
+		// Another node started on the same directory made it meanwhile.
+		return readRouteSecret(path)
 	}
 	return secret, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
@@ -36,7 +37,7 @@ func connect(nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstrea
 	opts = append(opts, ao...)
 	nc, err := nats.Connect(nf.url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is the server running? try `aerie server` or check --nats)", redact(nf.url), err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (%s)", redact(nf.url), err, nf.connectHint(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -55,6 +56,24 @@ func redact(urls string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// connectHint says what to do about a failed connection: credentials
+// or TLS when the server refused them, else whether it runs at all.
+func (nf *natsFlags) connectHint(err error) string {
+	msg := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, nats.ErrAuthorization) || strings.Contains(msg, "authorization violation"):
+		if nf.nkey == "" && nf.creds == "" {
+			return fmt.Sprintf("the server admits only known keys: give --nkey with the %s seed (%s, written by aerie auth init or aerie server --auth-dir) or set AERIE_NATS_NKEY", nf.role, auth.SeedFile(nf.role))
+		}
+		return fmt.Sprintf("the server does not know this key: check that it is the %s seed of this cluster's auth directory and that the servers' users.conf is the one written with it", nf.role)
+	case errors.Is(err, nats.ErrSecureConnRequired) || strings.Contains(msg, "secure connection") && strings.Contains(msg, "required"):
+		return "the server speaks TLS only: give --tls-ca with the CA that signed its certificate (and --tls-cert/--tls-key if it asks for client certificates)"
+	case strings.Contains(msg, "tls") || strings.Contains(msg, "certificate") || strings.Contains(msg, "x509"):
+		return "TLS failed: check --tls-ca against the server's certificate, and --tls-cert/--tls-key if the server asks for client certificates"
+	}
+	return "is the server running? try `aerie server` or check --nats"
 }
 
 // authOptions are the options that identify the command: its credentials
