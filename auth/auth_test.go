@@ -32,21 +32,8 @@ type cluster struct {
 // buckets as the producer would.
 func start(t *testing.T) *cluster {
 	t.Helper()
-	keys := filepath.Join(t.TempDir(), "keys")
-	public, err := auth.EnsureDir(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, err := auth.NkeyUsers(public)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pki := brokertest.NewPKI(t)
-	srv, err := broker.Start(broker.Config{StoreDir: t.TempDir(), Port: -1, Users: users, TLS: pki.MutualTLS(t, "server")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, keys := brokertest.StartWithRoles(t, nil, pki.MutualTLS(t, "server"))
 	cert, key := pki.Issue(t, "client")
 	c := &cluster{srv: srv, keys: keys, tls: []nats.Option{nats.RootCAs(pki.CA), nats.ClientCert(cert, key)}}
 	_, js := c.connect(t, auth.Producer)
@@ -70,11 +57,8 @@ func ctxT(t *testing.T) context.Context {
 // prefix.
 func (c *cluster) connect(t *testing.T, r auth.Role) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	o, err := nats.NkeyOptionFromSeed(filepath.Join(c.keys, auth.SeedFile(r)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := append([]nats.Option{o, nats.CustomInboxPrefix(auth.InboxPrefix(r)), nats.NoReconnect()}, c.tls...)
+	opts := append(brokertest.RoleOptions(t, c.keys, r, r), nats.NoReconnect())
+	opts = append(opts, c.tls...)
 	nc, err := nats.Connect(c.srv.ClientURL(), opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)

@@ -20,15 +20,7 @@ import (
 const routeUser, routeSecret = "aerie-route", "test-route-secret-0123456789"
 
 // freeAddr returns a loopback host:port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return brokertest.FreeAddr(t) }
 
 // node starts one embedded server of a cluster on loopback, taking
 // routes on listen.

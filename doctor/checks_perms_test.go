@@ -2,7 +2,6 @@ package doctor_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,25 +24,7 @@ import (
 // It returns the server and the directory of the role seeds.
 func authServer(t *testing.T, change func(auth.Role, *server.Permissions)) (*broker.Server, string) {
 	t.Helper()
-	keys := filepath.Join(t.TempDir(), "keys")
-	public, err := auth.EnsureDir(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users, err := auth.NkeyUsers(public)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if change != nil {
-		for i, r := range auth.Roles {
-			change(r, users[i].Permissions)
-		}
-	}
-	srv, err := broker.Start(broker.Config{StoreDir: t.TempDir(), Port: -1, SyncInterval: time.Minute, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv, keys := brokertest.StartWithRoles(t, change, nil)
 	nc, err := nats.Connect(srv.ClientURL(), roleOptions(t, keys, auth.Producer, auth.Producer)...)
 	if err != nil {
 		t.Fatal(err)
@@ -65,12 +46,7 @@ func authServer(t *testing.T, change func(auth.Role, *server.Permissions)) (*bro
 // roleOptions connect with the seed of role key, replying on the inbox
 // of role as, as aerie doctor --nkey key.nk --role as does.
 func roleOptions(t *testing.T, keys string, key, as auth.Role) []nats.Option {
-	t.Helper()
-	o, err := nats.NkeyOptionFromSeed(filepath.Join(keys, string(key)+".nk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []nats.Option{o, nats.CustomInboxPrefix(auth.InboxPrefix(as))}
+	return brokertest.RoleOptions(t, keys, key, as)
 }
 
 // doctorAs runs the doctor's NATS checks with the seed of role key,

@@ -281,15 +281,7 @@ func countLines(path string) int {
 	return bytes.Count(b, []byte("\n"))
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return brokertest.FreeAddr(t) }
 
 func waitTCP(t *testing.T, addr string) {
 	t.Helper()
