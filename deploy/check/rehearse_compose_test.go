@@ -72,6 +72,9 @@ func TestComposeRehearsal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rehearsalTimeout)
 	defer cancel()
+	// A service that fails ends the rehearsal: compose would restart
+	// it (or leave its dependents waiting), and the run cannot complete.
+	failed := make(chan string, len(p.Services))
 	var (
 		h       hosts
 		natsLog *natsLog
@@ -105,6 +108,7 @@ func TestComposeRehearsal(t *testing.T) {
 				}
 				if d.Condition == types.ServiceConditionCompletedSuccessfully && !ds.ok {
 					t.Errorf("%s: not started: %s did not complete successfully", name, dep)
+					failed <- name
 					return
 				}
 			}
@@ -188,24 +192,35 @@ func TestComposeRehearsal(t *testing.T) {
 			close(st.healthy)
 			<-pr.done
 			st.ok = pr.err == nil
+			if !st.ok && ctx.Err() == nil {
+				t.Errorf("%s: aerie %s: %v\n%s", name, strings.Join(s.Command, " "), pr.err, lastLines(pr.out.String(), 5))
+				failed <- name
+			}
 		}()
 	}
 
 	agg := states["aggregator"]
 	select {
 	case <-agg.done:
+	case <-failed:
 	case <-ctx.Done():
 		t.Errorf("the aggregator did not exit within %v", rehearsalTimeout)
+		for _, name := range sorted(p.ServiceNames()) {
+			if pr := states[name].proc; pr != nil {
+				t.Logf("%s, last lines:\n%s", name, lastLines(pr.out.String(), 3))
+			}
+		}
 	}
 	cancel()
 	wg.Wait()
 	for _, name := range sorted(p.ServiceNames()) {
-		if pr := states[name].proc; pr != nil && (t.Failed() || testing.Verbose()) {
+		if pr := states[name].proc; pr != nil && testing.Verbose() {
 			t.Logf("%s (exit: %v):\n%s", name, pr.err, pr.out.String())
 		}
 	}
+	checkViolations(t, natsLog)
 	if !agg.ok {
-		t.Fatalf("aggregator: %v", agg.proc.err)
+		t.FailNow()
 	}
 
 	aggSvc := p.Services["aggregator"]
@@ -224,7 +239,6 @@ func TestComposeRehearsal(t *testing.T) {
 			t.Errorf("completions.jsonl: answers by %s, which sent no heartbeat", w)
 		}
 	}
-	checkViolations(t, natsLog)
 }
 
 func checkViolations(t *testing.T, log *natsLog) {

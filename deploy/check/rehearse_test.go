@@ -47,7 +47,7 @@ import (
 // the first `docker compose up` or `kubectl apply`.
 
 // rehearsalTimeout bounds a whole rehearsal.
-const rehearsalTimeout = 90 * time.Second
+const rehearsalTimeout = 60 * time.Second
 
 // natsLog records what the NATS server logs, for the permission check.
 type natsLog struct {
@@ -405,4 +405,10 @@ func (hb *heartbeats) names() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// lastLines is the end of a process's output, for an error message.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
