@@ -234,7 +234,7 @@ func runAerie(t *testing.T, ctx context.Context, name string, c *container, args
 		}
 		args[i] = h.rewrite(c.path(a))
 	}
-	var envList []string
+	envList := []string{} // not nil: nothing of the test's own environment
 	for k, v := range env {
 		envList = append(envList, k+"="+h.rewrite(c.path(v)))
 	}
