@@ -84,6 +84,11 @@ func TestComposeRehearsal(t *testing.T) {
 	for name, s := range p.Services {
 		st, c := states[name], containers[name]
 		wg.Add(1)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Errorf(format, args...)
+			failed <- name
+		}
 		go func() {
 			defer wg.Done()
 			defer close(st.done)
@@ -117,12 +122,12 @@ func TestComposeRehearsal(t *testing.T) {
 				// command here is -c <conf>.
 				conf := flagValue(s.Command, "-c")
 				if conf == "" {
-					t.Errorf("nats: command %v has no -c", s.Command)
+					fail("nats: command %v has no -c", s.Command)
 					return
 				}
 				srv, log, clientPort, httpPort, err := startNATS(t, c.path(conf), c.path)
 				if err != nil {
-					t.Errorf("nats: %v", err)
+					fail("nats: %v", err)
 					return
 				}
 				natsLog = log
@@ -140,11 +145,11 @@ func TestComposeRehearsal(t *testing.T) {
 						}
 					}
 					if url == "" {
-						t.Errorf("nats: health check %v fetches no URL", s.HealthCheck.Test)
+						fail("nats: health check %v fetches no URL", s.HealthCheck.Test)
 						return
 					}
 					if err := waitHTTP(ctx, url); err != nil {
-						t.Errorf("nats: health check: %v", err)
+						fail("nats: health check: %v", err)
 						return
 					}
 				}
@@ -152,7 +157,7 @@ func TestComposeRehearsal(t *testing.T) {
 				// worker's first heartbeat is heard.
 				seed := filepath.Join(volumes["aerie-auth"], "admin.nk")
 				if beats, err = watchHeartbeats(t, "nats://"+srv.Addr().String(), seed); err != nil {
-					t.Errorf("nats: %v", err)
+					fail("nats: %v", err)
 					return
 				}
 				close(st.healthy)
