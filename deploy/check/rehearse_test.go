@@ -40,11 +40,16 @@ import (
 //     becomes //127.0.0.1:<port it got>, and --listen host:port becomes
 //     127.0.0.1:0;
 //   - the NATS server listens on random ports on 127.0.0.1 and keeps its
-//     store in the store directory's volume.
+//     store in the store directory's volume (compose) or a temporary
+//     directory (Kubernetes);
+//   - a server's "started" is when it logs its address, not when its
+//     process starts.
 //
 // Anything else (a flag, an environment variable name, a seed path, a
 // permission) is as written, so a mistake there fails here as it would on
-// the first `docker compose up` or `kubectl apply`.
+// the first `docker compose up` or `kubectl apply`. Not rehearsed: the
+// image's user, read-only root and dropped capabilities, resource limits,
+// restarts, and the network between containers (see the static tests).
 
 // rehearsalTimeout bounds a whole rehearsal.
 const rehearsalTimeout = 60 * time.Second
@@ -347,15 +352,6 @@ func completions(t *testing.T, file string) (lines int, workers map[string]int) 
 		workers[c.Worker]++
 	}
 	return lines, workers
-}
-
-func countLines(t *testing.T, file string) int {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Count(b, []byte("\n"))
 }
 
 // heartbeats records the workers heard on aerie's heartbeat subjects
