@@ -23,6 +23,13 @@ var composeDir = filepath.Join(root, "deploy", "compose")
 // interpolation (no variables set).
 func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
+	return loadComposeEnv(t, types.Mapping{})
+}
+
+// loadComposeEnv loads compose.yaml with env as the environment its
+// variables are interpolated from.
+func loadComposeEnv(t *testing.T, env types.Mapping) *types.Project {
+	t.Helper()
 	dir, err := filepath.Abs(composeDir)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func loadCompose(t *testing.T) *types.Project {
 	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
 		WorkingDir:  dir,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, "compose.yaml")}},
-		Environment: types.Mapping{},
+		Environment: env,
 	}, func(o *loader.Options) { o.SetProjectName("aerie", true) })
 	if err != nil {
 		t.Fatalf("compose.yaml: %v", err)

@@ -8,6 +8,13 @@
 // parsed by nats-server) and the NetworkPolicies, evaluated on the
 // connections aerie needs and on some it must not get.
 //
+// The rehearsals (TestComposeRehearsal, TestKubernetesRehearsal) then run
+// what the compose file and the standalone overlay say, as local
+// processes of a freshly built aerie against an in-process nats-server
+// with the deployment's users.conf, and require a complete run with no
+// permission violation; rehearse_test.go lists what they rewrite. -short
+// skips them.
+//
 // It is a module of its own so that these tools stay out of aerie's
 // go.mod: aerie's binary depends on none of them.
 package check

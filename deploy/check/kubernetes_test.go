@@ -39,21 +39,28 @@ type object struct {
 // kustomize.
 func render(t *testing.T, dir string) []object {
 	t.Helper()
+	objs, _ := renderAt(t, dir)
+	return objs
+}
+
+// renderAt is render, also returning the directory auth init wrote.
+func renderAt(t *testing.T, dir string) (objs []object, authDir string) {
+	t.Helper()
 	tmp := t.TempDir()
 	if err := copyTree(kubeDir, tmp); err != nil {
 		t.Fatal(err)
 	}
-	authInit(t, filepath.Join(tmp, "cluster", "auth"))
+	authDir = filepath.Join(tmp, "cluster", "auth")
+	authInit(t, authDir)
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(tmp, dir))
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	var objs []object
 	for _, r := range rm.Resources() {
 		objs = append(objs, toObject(t, r))
 	}
-	return objs
+	return objs, authDir
 }
 
 // natsRoutes are the chart's route addresses for release nats with
