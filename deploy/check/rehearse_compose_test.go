@@ -2,12 +2,14 @@ package check
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 )
@@ -176,6 +178,9 @@ func TestComposeRehearsal(t *testing.T) {
 			}
 			pr := runAerie(t, ctx, name, c, s.Command, env, &h)
 			st.proc = pr
+			// Inside its own container a server is 127.0.0.1:<port>, which
+			// is where its health check asks.
+			var local hosts
 			if listen := flagValue(s.Command, "--listen"); listen != "" {
 				_, port, _ := strings.Cut(listen, ":")
 				n, err := strconv.Atoi(port)
@@ -186,6 +191,7 @@ func TestComposeRehearsal(t *testing.T) {
 				select {
 				case addr := <-pr.listen:
 					h.set(name, n, addr)
+					local.set("127.0.0.1", n, addr)
 				case <-pr.done:
 					t.Errorf("%s: exited before serving: %v", name, pr.err)
 					return
@@ -194,6 +200,12 @@ func TestComposeRehearsal(t *testing.T) {
 				}
 			}
 			close(st.started)
+			if s.HealthCheck != nil {
+				if err := aerieHealthCheck(t, ctx, name, c, s.HealthCheck, env, &local); err != nil {
+					fail("%s: %v", name, err)
+					return
+				}
+			}
 			close(st.healthy)
 			<-pr.done
 			st.ok = pr.err == nil
@@ -255,4 +267,39 @@ func checkViolations(t *testing.T, log *natsLog) {
 	for _, v := range log.violations() {
 		t.Errorf("NATS server: %s", v)
 	}
+}
+
+// aerieHealthCheck runs an aerie service's health check, a command of the
+// image's own binary, as compose would: every interval until it exits 0,
+// at most retries times.
+func aerieHealthCheck(t *testing.T, ctx context.Context, name string, c *container, hc *types.HealthCheckConfig, env map[string]string, local *hosts) error {
+	t.Helper()
+	test := hc.Test
+	if len(test) < 2 || test[0] != "CMD" || test[1] != "/aerie" {
+		return fmt.Errorf("health check %v: only [CMD /aerie ...] is rehearsed (the image has no shell)", test)
+	}
+	interval, retries := 30*time.Second, uint64(3) // compose's defaults
+	if hc.Interval != nil {
+		interval = time.Duration(*hc.Interval)
+	}
+	if hc.Retries != nil {
+		retries = *hc.Retries
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last string
+	for try := uint64(0); try < retries; try++ {
+		pr := runAerie(t, ctx, name+" health check", c, test[2:], env, local)
+		<-pr.done
+		if pr.err == nil {
+			return nil
+		}
+		last = lastLines(pr.out.String(), 3)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("health check %v failed %d times; last:\n%s", test, retries, last)
 }
