@@ -191,37 +191,12 @@ func allows(p *server.Permissions, n need) bool {
 }
 
 // subjectWithin reports whether every subject that subj matches, a
-// subject with wildcards, is matched by pattern.
-func subjectWithin(subj, pattern string) bool {
-	s, p := strings.Split(subj, "."), strings.Split(pattern, ".")
-	for i, pt := range p {
-		if pt == ">" {
-			return len(s) > i
-		}
-		if i >= len(s) || s[i] == ">" {
-			return false
-		}
-		if pt != "*" && pt != s[i] {
-			return false // a literal does not cover "*" or another literal
-		}
-	}
-	return len(s) == len(p)
-}
+// subject with wildcards, is matched by pattern: nats-server's own subset
+// match, the rule it applies to permissions.
+func subjectWithin(subj, pattern string) bool { return server.SubjectMatchesFilter(subj, pattern) }
 
 // subjectsOverlap reports whether some subject matches both a and b.
-func subjectsOverlap(a, b string) bool {
-	at, bt := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; ; i++ {
-		switch {
-		case i == len(at) || i == len(bt):
-			return len(at) == len(bt)
-		case at[i] == ">" || bt[i] == ">":
-			return true
-		case at[i] != "*" && bt[i] != "*" && at[i] != bt[i]:
-			return false
-		}
-	}
-}
+func subjectsOverlap(a, b string) bool { return server.SubjectsCollide(a, b) }
 
 // purpose says what a role cannot do without a subject.
 func purpose(n need) string {
