@@ -32,6 +32,14 @@ type Heartbeat struct {
 	Run    string    `json:"run"`
 	Worker string    `json:"worker"`
 	Time   time.Time `json:"time"`
+	// Host is the host name of the machine the worker runs on, so that
+	// `aerie status` tells which GPU server a line is about. Empty from a
+	// worker older than the field.
+	Host string `json:"host,omitempty"`
+	// Backend is the URL of the worker's backend without credentials
+	// (no user info, no query): where its prompts go. Empty from a worker
+	// older than the field.
+	Backend string `json:"backend,omitempty"`
 	// Window is the worker's in-flight limit.
 	Window int `json:"window"`
 	// InFlight is the number of prompts delivered to this worker and not yet
@@ -109,6 +117,16 @@ type Throughput struct {
 	// ETASec is the estimated time to completion in seconds; negative when
 	// there is not yet enough information to estimate.
 	ETASec float64 `json:"eta_sec"`
+	// ETALowSec and ETAHighSec bound the time to completion: the true
+	// finish lies between them in at least four runs out of five
+	// (docs/eta.md measures it). Both are negative when ETASec is, and
+	// equal to it when the run is done.
+	ETALowSec  float64 `json:"eta_low_sec"`
+	ETAHighSec float64 `json:"eta_high_sec"`
+	// FailedByReason counts the lines of failed.jsonl by their reason
+	// class (schema.Reason*), so that a failure rate tells what failed
+	// without reading the file. Nil when nothing failed.
+	FailedByReason map[string]int `json:"failed_by_reason,omitempty"`
 	// PausedWorkers names the live workers that have stopped pulling, with
 	// why (for example, their backend is down).
 	PausedWorkers map[string]string `json:"paused_workers,omitempty"`
