@@ -116,8 +116,22 @@ func (b *bundle) consumer(t *testing.T) *jetstream.ConsumerInfo {
 func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 	t.Helper()
 	brokertest.Eventually(t, timeout, func() bool {
+		// The server counts a newly stored message into the consumer's
+		// NumPending asynchronously, so both counters read zero for a
+		// moment after a publish; the ack floor reaching the stream's
+		// last message is what proves every prompt was seen and settled.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := b.js.Stream(ctx, schema.PromptsStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		si, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
 		i := b.consumer(t)
-		return i.NumAckPending == 0 && i.NumPending == 0
+		return i.NumAckPending == 0 && i.NumPending == 0 && i.AckFloor.Stream >= si.State.LastSeq
 	}, "every prompt settled")
 }
 
