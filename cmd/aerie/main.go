@@ -37,6 +37,7 @@ var commands = []command{
 	{"sim", "serve the vLLM simulator (OpenAI-compatible)", cmdSim},
 	{"gen-prompts", "write synthetic prompts (all accepted input shapes) for rehearsals", cmdGen},
 	{"server", "run an embedded NATS server with JetStream, for several aerie processes on one machine", cmdServer},
+	{"decode", "read a message from stdin (as nats --translate pipes it, or as the nats CLI prints it) and write it as JSON", cmdDecode},
 	{"doctor", "check NATS, streams, the run's consumer and manifest, backend, model, context length, data dir and units before a run", cmdDoctor},
 	{"version", "print the version (also aerie --version)", cmdVersion},
 }
