@@ -64,6 +64,7 @@ test: vet deploy-check
 # time goes to fuzzing.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./schema/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAny$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./inspect/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 

@@ -59,6 +59,9 @@ func Decode(in []byte, kind string) (*Decoded, error) {
 			return nil, err
 		}
 	}
+	if err := checkPayload(kind, keys); err != nil {
+		return nil, err
+	}
 	v, err := decodeWire(kind, body)
 	if err != nil {
 		return nil, err

@@ -71,6 +71,40 @@ func kindOfPayload(keys []string) (string, error) {
 	return "", fmt.Errorf("payload is a msgpack map with keys %s, which is no prompt, result, dead letter or turn of schema version %d: give --kind if you know what it is", strings.Join(keys, ", "), schema.Version)
 }
 
+// checkPayload reports a payload whose keys do not fit kind: a message
+// of another kind, named so by a wrong header, subject or --kind.
+func checkPayload(kind string, keys []string) error {
+	for _, w := range wireKinds {
+		if w.kind != kind {
+			continue
+		}
+		known, required := fieldNames(w.typ)
+		var extra, missing []string
+		for _, k := range keys {
+			if !slices.Contains(known, k) {
+				extra = append(extra, k)
+			}
+		}
+		for _, k := range required {
+			if !slices.Contains(keys, k) {
+				missing = append(missing, k)
+			}
+		}
+		if len(extra) > 0 || len(missing) > 0 {
+			return fmt.Errorf("%s message does not fit its kind (unknown fields: %s; missing fields: %s): is it another kind of message?",
+				kind, orNone(extra), orNone(missing))
+		}
+	}
+	return nil
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}
+
 func allIn(xs, set []string) bool {
 	for _, x := range xs {
 		if !slices.Contains(set, x) {
