@@ -1,0 +1,68 @@
+//go:build linux
+
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// runOnTerminal runs cmd with a pseudo-terminal as its stdin and stdout
+// (stderr goes to the same output), for programs that refuse to run
+// without one, and returns everything it wrote. ctx bounds the run.
+func runOnTerminal(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open /dev/ptmx: %w", err)
+	}
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		return nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		return nil, fmt.Errorf("pty number: %w", err)
+	}
+	tty, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open pty: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	if err := cmd.Start(); err != nil {
+		tty.Close()
+		return nil, err
+	}
+	tty.Close() // the child holds it; reads end (EIO) when the child is gone
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(&out, master)
+		close(copied)
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-waited
+		err = ctx.Err()
+	}
+	// Once the child and everything it started are gone the reads end on
+	// their own, after what is left in the terminal's buffer.
+	select {
+	case <-copied:
+	case <-time.After(10 * time.Second):
+	}
+	master.Close()
+	<-copied
+	// The terminal turns every \n into \r\n.
+	return bytes.ReplaceAll(out.Bytes(), []byte("\r\n"), []byte("\n")), err
+}
