@@ -26,7 +26,7 @@ func samples(t testing.TB) map[string][]byte {
 	msgs := []schema.Message{{Role: "user", Content: "hello"}}
 	enc[schema.KindPrompt] = must(schema.EncodePrompt(&schema.Prompt{Run: "r", ID: "q1", Messages: msgs, Source: "p.jsonl:1"}))
 	enc[schema.KindResult] = must(schema.EncodeResult(&schema.Result{Run: "r", ID: "q1", Messages: msgs, Model: "m",
-		Params: schema.Params{Temperature: &temp, ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":true}`)},
+		Params:    schema.Params{Temperature: &temp, ChatTemplateKwargs: json.RawMessage(`{"enable_thinking":true}`)},
 		Reasoning: "think", Content: "answer", FinishReason: "stop", CompletionTokens: 10, Worker: "w", Attempts: 1,
 		LatencyMs: 10, FinishedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}))
 	enc[schema.KindDeadLetter] = must(schema.EncodeDeadLetter(&schema.DeadLetter{Run: "r", ID: "q2", Messages: msgs,
