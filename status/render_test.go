@@ -18,8 +18,8 @@ func fixedRun() *status.Run {
 		Truncated: 3, InFlight: 400, LiveWorkers: 2,
 		RequestsPerSec: 1.42, TokensPerSec: 612.4, RequestsPerSecOverall: 1.38, TokensPerSecOverall: 590,
 		ETASec: 72 * 60, ETALowSec: 58 * 60, ETAHighSec: 91 * 60, ElapsedSec: 2*3600 + 30*60,
-		Event: &status.Age{At: at, AgeSec: 1.2},
-		Queue: status.Queue{Pending: 12243, AckPending: 412, Redelivered: 5, ResultsToWrite: 7},
+		Event:      &status.Age{At: at, AgeSec: 1.2},
+		Queue:      status.Queue{Pending: 12243, AckPending: 412, Redelivered: 5, ResultsToWrite: 7},
 		Aggregator: &status.Aggregator{Host: "cpu-1", PID: 4121, Dir: "/data/kimi"},
 		Workers: []status.Worker{
 			{Name: "gpu-a-1", Host: "gpu-a", Backend: "http://127.0.0.1:8000", Window: 200, InFlight: 200,
