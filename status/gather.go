@@ -90,12 +90,25 @@ func gatherEvent(ctx context.Context, r reader, st *Run, opts Options, now time.
 	}
 	st.RequestsPerSec, st.TokensPerSec = ev.RequestsPerSec, ev.TokensPerSec
 	st.RequestsPerSecOverall, st.TokensPerSecOverall = ev.RequestsPerSecOverall, ev.TokensPerSecOverall
-	st.ETASec, st.ETALowSec, st.ETAHighSec = ev.ETASec, ev.ETALowSec, ev.ETAHighSec
+	st.ETASec, st.ETALowSec, st.ETAHighSec = eta(ev)
 	st.ElapsedSec, st.WriteError = ev.ElapsedSec, ev.WriteError
 	if ev.Total > 0 && st.Total == 0 {
 		st.Total = ev.Total
 	}
 	return nil
+}
+
+// eta is an event's ETA and band. A band that does not hold the ETA
+// (zeros, from an aggregator older than the band) is unknown: -1.
+func eta(ev *schema.Throughput) (sec, low, high float64) {
+	sec, low, high = ev.ETASec, ev.ETALowSec, ev.ETAHighSec
+	if sec < 0 {
+		return -1, -1, -1
+	}
+	if low < 0 || low > sec || high < sec {
+		low, high = -1, -1
+	}
+	return sec, low, high
 }
 
 func gatherQueue(ctx context.Context, r reader, st *Run, _ Options, _ time.Time) error {

@@ -43,7 +43,7 @@ func List(ctx context.Context, js jetstream.JetStream, opts Options) ([]Line, er
 				a.Stale = a.Stale && ev.Phase != schema.PhaseDone
 				l.Event = &a
 				l.Phase, l.Completed, l.Failed = ev.Phase, ev.Completed, ev.Failed
-				l.ETASec, l.ETALowSec, l.ETAHighSec = ev.ETASec, ev.ETALowSec, ev.ETAHighSec
+				l.ETASec, l.ETALowSec, l.ETAHighSec = eta(ev)
 			}
 		}
 		lines = append(lines, l)

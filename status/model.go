@@ -38,7 +38,8 @@ type Run struct {
 	TokensPerSecOverall   float64 `json:"tokens_per_sec_overall"`
 	// ETASec is the estimated time to the end in seconds, ETALowSec and
 	// ETAHighSec the band the end lies in four times out of five; all
-	// negative when unknown (no event, or too early to tell).
+	// negative when unknown (no event, or too early to tell; the band
+	// alone when the aggregator does not send one).
 	ETASec     float64 `json:"eta_sec"`
 	ETALowSec  float64 `json:"eta_low_sec"`
 	ETAHighSec float64 `json:"eta_high_sec"`
