@@ -81,20 +81,3 @@ func (r reader) lastMsg(ctx context.Context, s jetstream.Stream, subject string)
 	})
 	return m, err
 }
-
-// subjects lists the subjects matching filter in s that hold messages.
-func (r reader) subjects(ctx context.Context, s jetstream.Stream, filter string) ([]string, error) {
-	var out []string
-	err := r.do(ctx, "list the subjects "+filter, func(ctx context.Context) error {
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
-		if err != nil {
-			return err
-		}
-		out = out[:0]
-		for subject := range info.State.Subjects {
-			out = append(out, subject)
-		}
-		return nil
-	})
-	return out, err
-}
