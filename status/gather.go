@@ -43,6 +43,8 @@ func Gather(ctx context.Context, js jetstream.JetStream, run string, opts Option
 		return nil, fmt.Errorf("run %s: its manifest cannot be read: %w", run, err)
 	}
 	st.Model, st.Total, st.CreatedAt, st.Producer = m.Model, m.Total, m.CreatedAt, m.Producer
+	// gatherQueue comes after gatherWorkers: the consumer's count of
+	// prompts in flight replaces the workers' sum when there is one.
 	for _, step := range []func(context.Context, reader, *Run, Options, time.Time) error{
 		gatherEvent, gatherWorkers, gatherQueue, gatherLease,
 	} {
@@ -120,6 +122,7 @@ func gatherQueue(ctx context.Context, r reader, st *Run, _ Options, _ time.Time)
 		st.Queue.Missing = append(st.Queue.Missing, schema.WorkersConsumer(st.Run))
 	} else {
 		st.Queue.Pending, st.Queue.AckPending, st.Queue.Redelivered = workers.NumPending, workers.NumAckPending, workers.NumRedelivered
+		st.InFlight = workers.NumAckPending
 	}
 	for _, c := range []struct {
 		stream, name string

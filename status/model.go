@@ -27,8 +27,10 @@ type Run struct {
 	// than the count.
 	FailedByReason map[string]int `json:"failed_by_reason"`
 	Truncated      int            `json:"truncated"`
-	// InFlight is the sum of the in-flight prompts of the live workers
-	// (heartbeats younger than the stale limit).
+	// InFlight counts the prompts delivered to workers and not yet
+	// acknowledged (the workers' consumer): being generated, or waiting
+	// for a retry. Without that consumer, the requests the live workers
+	// have at their backends.
 	InFlight    int `json:"in_flight"`
 	LiveWorkers int `json:"live_workers"`
 	// Rates over the aggregator's last minute, and over its whole life.
@@ -104,10 +106,16 @@ type Aggregator struct {
 type Worker struct {
 	Name string `json:"name"`
 	// Host and Backend are empty for a worker older than those fields.
-	Host     string `json:"host"`
-	Backend  string `json:"backend"`
-	Window   int    `json:"window"`
-	InFlight int    `json:"in_flight"`
+	Host    string `json:"host"`
+	Backend string `json:"backend"`
+	Window  int    `json:"window"`
+	// InFlight counts the requests the worker has at its backend (its
+	// heartbeat's in_flight_tokens).
+	InFlight int `json:"in_flight"`
+	// Held is the heartbeat's in_flight: the prompts the worker holds,
+	// which also counts the slots it has reserved for a pull that is
+	// waiting for prompts.
+	Held int `json:"held"`
 	// TokensPerSec is measured between the worker's first and last
 	// heartbeats of the rate window; negative when unknown (fewer than
 	// two heartbeats in it).

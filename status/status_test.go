@@ -127,7 +127,7 @@ func TestStatusOfARealRun(t *testing.T) {
 	if want := map[string]int{schema.ReasonPermanent: st.Failed}; !maps.Equal(st.FailedByReason, want) {
 		t.Errorf("failed by reason %v, want %v", st.FailedByReason, want)
 	}
-	if st.Queue.Pending != 0 || st.Queue.ResultsToWrite != 0 || st.Queue.FailuresToWrite != 0 {
+	if st.InFlight != 0 || st.Queue.Pending != 0 || st.Queue.ResultsToWrite != 0 || st.Queue.FailuresToWrite != 0 {
 		t.Errorf("queue %+v, want empty at the end", st.Queue)
 	}
 	if st.Aggregator == nil || st.Aggregator.PID != os.Getpid() {
@@ -140,8 +140,8 @@ func TestStatusOfARealRun(t *testing.T) {
 	var completedByWorkers int64
 	for i, name := range []string{"gpu-a", "gpu-b"} {
 		w := st.Workers[i]
-		if w.Name != name || w.Host != host || w.Backend != sim || w.Window != 8 || w.Heartbeat.Stale {
-			t.Errorf("worker %d: %+v, want %s on %s, backend %s, window 8, live", i, w, name, host, sim)
+		if w.Name != name || w.Host != host || w.Backend != sim || w.Window != 8 || w.Heartbeat.Stale || w.InFlight != 0 {
+			t.Errorf("worker %d: %+v, want %s on %s, backend %s, window 8, live, nothing generating", i, w, name, host, sim)
 		}
 		completedByWorkers += w.Completed
 	}
