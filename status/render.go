@@ -153,7 +153,8 @@ func eventNote(ev *Age, run string) string {
 
 func aggregatorNote(st *Run) string {
 	a := st.Aggregator
-	q := fmt.Sprintf("  to write: %s results, %s failures", count(int(st.Queue.ResultsToWrite)), count(int(st.Queue.FailuresToWrite)))
+	q := fmt.Sprintf("  to write: %s result%s, %s failure%s", count(int(st.Queue.ResultsToWrite)), plural(int(st.Queue.ResultsToWrite)),
+		count(int(st.Queue.FailuresToWrite)), plural(int(st.Queue.FailuresToWrite)))
 	switch {
 	case a != nil:
 		return fmt.Sprintf("%s pid %d writing %s%s", orDash(a.Host), a.PID, orDash(a.Dir), q)
