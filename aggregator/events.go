@@ -11,6 +11,9 @@ import (
 // snapshotNow is the run's state at now, as the next event reports it.
 func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 	s := a.est.Snapshot(now)
+	a.mu.Lock()
+	s.FailedByReason = a.failed.byReason()
+	a.mu.Unlock()
 	a.last.Lock()
 	defer a.last.Unlock()
 	s.WriteError = a.writeErr

@@ -27,25 +27,30 @@ type failedFile struct {
 	// crash before the flush is mended when the file is opened again,
 	// since the completion is on disk.
 	completed map[string]bool
+	// reasons is each line's reason class (schema.Reason*), to count the
+	// failures by reason (byReason).
+	reasons map[string]string
 }
 
 // failedHead is what failedFile reads of each line: its failure time and
 // the roles of its messages (see requestsOf).
 type failedHead struct {
 	FailedAt time.Time  `json:"failed_at"`
+	Reason   string     `json:"reason"`
 	Messages []turnHead `json:"messages"`
 }
 
 // openFailed opens failed.jsonl; onLine, if not nil, is called for each
 // line already in it, and returns the requests the line accounts for.
 func openFailed(path string, onLine func(failedHead) int) (*failedFile, error) {
-	f := &failedFile{failedAt: map[string]time.Time{}, requests: map[string]int{}, completed: map[string]bool{}}
+	f := &failedFile{failedAt: map[string]time.Time{}, requests: map[string]int{}, completed: map[string]bool{}, reasons: map[string]string{}}
 	var err error
 	f.jsonlFile, err = openJSONL(path, func(line []byte) error {
 		key, _ := lineKey(line) // openJSONL has checked it
 		var l failedHead
 		_ = json.Unmarshal(line, &l) // a line without them is still a failure
 		f.failedAt[key] = l.FailedAt
+		f.reasons[key] = l.Reason
 		f.requests[key] = 1
 		if onLine != nil {
 			f.requests[key] = onLine(l)
@@ -64,6 +69,32 @@ func (f *failedFile) final(key string) bool { return f.has(key) && !f.completed[
 
 // count is the number of units failed for good.
 func (f *failedFile) count() int { return f.jsonlFile.count() - len(f.completed) }
+
+// byReason counts the units failed for good by their reason class; nil
+// when there are none. A line without a reason counts as "unknown".
+func (f *failedFile) byReason() map[string]int {
+	var n map[string]int
+	for key, reason := range f.reasons {
+		if !f.final(key) {
+			continue
+		}
+		if n == nil {
+			n = map[string]int{}
+		}
+		if reason == "" {
+			reason = "unknown"
+		}
+		n[reason]++
+	}
+	return n
+}
+
+// reasonOf is the reason class of a failed line.
+func reasonOf(line []byte) string {
+	var l failedHead
+	_ = json.Unmarshal(line, &l) // a line without one counts as unknown
+	return l.Reason
+}
 
 // markCompleted says that the unit with key, which may have a line, has
 // completed: the line no longer counts and goes at the next flush. It
@@ -85,11 +116,18 @@ func (f *failedFile) newer(key string, at time.Time) bool {
 // appendLines writes new lines and records when each failed and how many
 // requests it accounts for.
 func (f *failedFile) appendLines(buf *bytes.Buffer, keys []string, at []time.Time, requests []int) error {
+	lines := bytes.SplitAfter(buf.Bytes(), []byte("\n")) // one per key, in order, before buf is written
+	reasons := make([]string, len(keys))
+	for i := range keys {
+		if i < len(lines) {
+			reasons[i] = reasonOf(lines[i])
+		}
+	}
 	if err := f.jsonlFile.appendLines(buf, keys); err != nil {
 		return err
 	}
 	for i, key := range keys {
-		f.failedAt[key], f.requests[key] = at[i], requests[i]
+		f.failedAt[key], f.requests[key], f.reasons[key] = at[i], requests[i], reasons[i]
 	}
 	return nil
 }
@@ -116,6 +154,10 @@ func (f *failedFile) change(drop map[string]bool, replace map[string][]byte, at 
 		delete(f.failedAt, key)
 		delete(f.requests, key)
 		delete(f.completed, key)
+		delete(f.reasons, key)
+	}
+	for key, line := range replace {
+		f.reasons[key] = reasonOf(line)
 	}
 	for key, t := range at {
 		f.failedAt[key] = t

@@ -68,6 +68,11 @@ func (c *Client) String() string {
 // GoString is String, so that %#v does not print the API key either.
 func (c *Client) GoString() string { return c.String() }
 
+// BaseURL is the root of the server the client talks to, without /v1.
+// It never holds credentials or a query: New refuses a base URL with
+// either, so it is safe to show.
+func (c *Client) BaseURL() string { return c.ep.root }
+
 // ReloadAPIKey reads Config.APIKeyFile again, so that a rotated key takes
 // effect without a restart: requests started after it returns send the
 // new key, while requests in flight keep the one they were sent with. It

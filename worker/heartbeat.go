@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"net/url"
+	"os"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -29,6 +31,7 @@ func (w *Worker) heartbeat() schema.Heartbeat {
 	held, _ := w.win.holding()
 	hb := schema.Heartbeat{
 		Run: w.cfg.Run, Worker: w.cfg.Name, Time: time.Now().UTC(),
+		Host: w.host, Backend: w.backendURL,
 		Window: w.cfg.Window, InFlight: held,
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
@@ -56,4 +59,33 @@ func (w *Worker) publishHeartbeat() {
 	if err := w.nc.Publish(schema.HeartbeatSubject(w.cfg.Run, w.cfg.Name), b); err != nil {
 		w.log.Warn("publish heartbeat", "err", err)
 	}
+}
+
+// baseURLer is implemented by backends that can say where they send
+// requests (*openai.Client does).
+type baseURLer interface {
+	BaseURL() string
+}
+
+// heartbeatHost is the host name heartbeats carry; empty when the system
+// cannot tell it.
+func heartbeatHost() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// backendLabel is the backend's URL as heartbeats show it: without user
+// info, query or fragment, so that no credential can reach an event.
+// Empty when the backend cannot say, or its URL cannot be read.
+func backendLabel(b Backend) string {
+	bu, ok := b.(baseURLer)
+	if !ok {
+		return ""
+	}
+	u, err := url.Parse(bu.BaseURL())
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
 }

@@ -70,6 +70,10 @@ type Worker struct {
 	interimTurns atomic.Int64
 	paused       atomic.Pointer[string]
 
+	// host and backendURL are what heartbeats say of where this worker
+	// runs and where its requests go (see schema.Heartbeat).
+	host, backendURL string
+
 	// lastProbeLog is when a failed probe was last logged; used by the
 	// breaker's probing goroutine only.
 	lastProbeLog time.Time
@@ -102,6 +106,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		log:     cfg.Logger.With("worker", cfg.Name, "run", cfg.Run),
 		win:     newWindow(cfg.Window, cfg.Window),
 	}
+	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
 	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {
 		if open {
 			w.log.Warn("pausing: no more pulls; prompts whose requests fail are handed back without counting against them; probing the backend", "reason", reason)

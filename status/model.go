@@ -1,0 +1,149 @@
+package status
+
+import (
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Run is the state of one run. Its JSON field names are stable: scripts
+// may rely on them (README.md lists them). Counts come from the
+// aggregator's last throughput event, worker lines from the heartbeats,
+// Queue from the consumers.
+type Run struct {
+	Run       string    `json:"run"`
+	Model     string    `json:"model"`
+	Total     int       `json:"total"`
+	CreatedAt time.Time `json:"created_at"`
+	Producer  string    `json:"producer"`
+
+	// Phase is the last throughput event's phase; empty when there is no
+	// event (Event is nil).
+	Phase     schema.Phase `json:"phase"`
+	Completed int          `json:"completed"`
+	Failed    int          `json:"failed"`
+	// FailedByReason counts the failures by reason class (schema.Reason*);
+	// empty, never null, when nothing failed or the aggregator is older
+	// than the count.
+	FailedByReason map[string]int `json:"failed_by_reason"`
+	Truncated      int            `json:"truncated"`
+	// InFlight counts the prompts delivered to workers and not yet
+	// acknowledged (the workers' consumer): being generated, or waiting
+	// for a retry. Without that consumer, the requests the live workers
+	// have at their backends.
+	InFlight    int `json:"in_flight"`
+	LiveWorkers int `json:"live_workers"`
+	// Rates over the aggregator's last minute, and over its whole life.
+	RequestsPerSec        float64 `json:"requests_per_sec"`
+	TokensPerSec          float64 `json:"tokens_per_sec"`
+	RequestsPerSecOverall float64 `json:"requests_per_sec_overall"`
+	TokensPerSecOverall   float64 `json:"tokens_per_sec_overall"`
+	// ETASec is the estimated time to the end in seconds, ETALowSec and
+	// ETAHighSec the band the end lies in four times out of five; all
+	// negative when unknown (no event, or too early to tell; the band
+	// alone when the aggregator does not send one).
+	ETASec     float64 `json:"eta_sec"`
+	ETALowSec  float64 `json:"eta_low_sec"`
+	ETAHighSec float64 `json:"eta_high_sec"`
+	ElapsedSec float64 `json:"elapsed_sec"`
+	// WriteError is why the aggregator cannot write its output, if it
+	// said so in its last event.
+	WriteError string `json:"write_error,omitempty"`
+	// Event is the last throughput event's time; nil when the events
+	// stream holds none for the run (no aggregator ran, or its events
+	// expired).
+	Event *Age `json:"event"`
+
+	Queue Queue `json:"queue"`
+	// Aggregator is who holds the run's aggregator lease; nil when no
+	// aggregator is running.
+	Aggregator *Aggregator `json:"aggregator"`
+	// Workers are the workers heard from, live ones first, then stale
+	// ones, most recent first; never null.
+	Workers []Worker `json:"workers"`
+	// WorkersNotShown counts stale workers left out past Options.MaxWorkers.
+	WorkersNotShown int `json:"workers_not_shown"`
+}
+
+// Age is when something happened, by the server's clock, and how long
+// before the status was gathered.
+type Age struct {
+	At     time.Time `json:"at"`
+	AgeSec float64   `json:"age_sec"`
+	// Stale is set when it is older than it should be if its sender were
+	// running: a worker sends a heartbeat every 2 s, an aggregator an
+	// event every 5 s.
+	Stale bool `json:"stale"`
+}
+
+// Queue is the state of the run's consumers.
+type Queue struct {
+	// Pending counts prompts not yet delivered to any worker.
+	Pending uint64 `json:"pending"`
+	// AckPending counts prompts delivered and not yet acknowledged: being
+	// generated, or waiting for a retry after a transient failure.
+	AckPending int `json:"ack_pending"`
+	// Redelivered counts prompts delivered more than once and not yet
+	// acknowledged.
+	Redelivered int `json:"redelivered"`
+	// ResultsToWrite and FailuresToWrite count results and dead letters
+	// stored and not yet written by the aggregator.
+	ResultsToWrite  uint64 `json:"results_to_write"`
+	FailuresToWrite uint64 `json:"failures_to_write"`
+	// Missing names the consumers that do not exist (yet).
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Aggregator is the holder of a run's aggregator lease.
+type Aggregator struct {
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Dir is where it writes the run's files, on Host.
+	Dir string `json:"dir"`
+}
+
+// Worker is what a worker's latest heartbeat says.
+type Worker struct {
+	Name string `json:"name"`
+	// Host and Backend are empty for a worker older than those fields.
+	Host    string `json:"host"`
+	Backend string `json:"backend"`
+	Window  int    `json:"window"`
+	// InFlight counts the requests the worker has at its backend (its
+	// heartbeat's in_flight_tokens).
+	InFlight int `json:"in_flight"`
+	// Held is the heartbeat's in_flight: the prompts the worker holds,
+	// which also counts the slots it has reserved for a pull that is
+	// waiting for prompts.
+	Held int `json:"held"`
+	// TokensPerSec is measured between the worker's first and last
+	// heartbeats of the rate window; negative when unknown (fewer than
+	// two heartbeats in it).
+	TokensPerSec   float64 `json:"tokens_per_sec"`
+	TokensStreamed int64   `json:"tokens_streamed"`
+	Completed      int64   `json:"completed"`
+	DeadLettered   int64   `json:"dead_lettered"`
+	Retried        int64   `json:"retried"`
+	// Paused says why the worker had stopped pulling; empty when it had
+	// not.
+	Paused    string `json:"paused,omitempty"`
+	Heartbeat Age    `json:"heartbeat"`
+}
+
+// Line is one run in the list of every run.
+type Line struct {
+	Run   string `json:"run"`
+	Model string `json:"model"`
+	Total int    `json:"total"`
+	// Phase, Completed, Failed and the ETA are the last throughput
+	// event's; Phase is empty and the ETA negative without one.
+	Phase      schema.Phase `json:"phase"`
+	Completed  int          `json:"completed"`
+	Failed     int          `json:"failed"`
+	ETASec     float64      `json:"eta_sec"`
+	ETALowSec  float64      `json:"eta_low_sec"`
+	ETAHighSec float64      `json:"eta_high_sec"`
+	Event      *Age         `json:"event"`
+	// Problem says why the run's manifest cannot be read.
+	Problem string `json:"problem,omitempty"`
+}

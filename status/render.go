@@ -1,0 +1,225 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// WriteRun writes st as one screen: the run's counts, rates and ETA, its
+// queue and aggregator, then one line per worker.
+func WriteRun(w io.Writer, st *Run) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s  model %s  phase %s  %s\n", st.Run, orDash(st.Model), phaseOf(st.Phase), eventNote(st.Event, st.Run))
+	fmt.Fprintf(tw, "completed\t%s / %s%s\n", count(st.Completed), count(st.Total), percent(st.Completed, st.Total))
+	fmt.Fprintf(tw, "failed\t%s%s\n", count(st.Failed), reasons(st.FailedByReason))
+	if st.Truncated > 0 {
+		fmt.Fprintf(tw, "truncated\t%s (kept, finish_reason length)\n", count(st.Truncated))
+	}
+	fmt.Fprintf(tw, "in flight\t%s on %d live worker%s  queued %s  redelivered %s\n", count(st.InFlight), st.LiveWorkers, plural(st.LiveWorkers),
+		count(int(st.Queue.Pending)), count(st.Queue.Redelivered))
+	fmt.Fprintf(tw, "rate\t%s req/s  %s tok/s  (overall %s req/s, %s tok/s)\n", rate(st.RequestsPerSec), count(int(st.TokensPerSec+0.5)),
+		rate(st.RequestsPerSecOverall), count(int(st.TokensPerSecOverall+0.5)))
+	eta := FormatETA(st.ETASec, st.ETALowSec, st.ETAHighSec, st.Phase)
+	if st.Event != nil {
+		eta += "  elapsed " + Duration(st.ElapsedSec)
+	}
+	fmt.Fprintf(tw, "ETA\t%s\n", eta)
+	fmt.Fprintf(tw, "aggregator\t%s\n", aggregatorNote(st))
+	if st.WriteError != "" {
+		fmt.Fprintf(tw, "OUTPUT\tNOT WRITTEN: %s\n", st.WriteError)
+	}
+	if len(st.Queue.Missing) > 0 {
+		fmt.Fprintf(tw, "consumers\tmissing: %s\n", strings.Join(st.Queue.Missing, ", "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return writeWorkers(w, st)
+}
+
+func writeWorkers(w io.Writer, st *Run) error {
+	if len(st.Workers) == 0 {
+		_, err := fmt.Fprintf(w, "no worker heartbeat kept: no worker has started (aerie work --run %s)\n", st.Run)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tHOST\tBACKEND\tWINDOW\tIN FLIGHT\tTOK/S\tHEARTBEAT\tSTATE")
+	for _, wk := range st.Workers {
+		tok := "-"
+		if wk.TokensPerSec >= 0 {
+			tok = count(int(wk.TokensPerSec + 0.5))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", wk.Name, orDash(wk.Host), orDash(wk.Backend), wk.Window,
+			count(wk.InFlight), tok, Duration(wk.Heartbeat.AgeSec), workerState(wk))
+	}
+	if st.WorkersNotShown > 0 {
+		fmt.Fprintf(tw, "(%d older stale workers not shown)\n", st.WorkersNotShown)
+	}
+	return tw.Flush()
+}
+
+func workerState(wk Worker) string {
+	switch {
+	case wk.Heartbeat.Stale && wk.Paused == schema.PausedStopping:
+		return "stopped"
+	case wk.Heartbeat.Stale:
+		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + ")"
+	case wk.Paused != "":
+		return "paused: " + wk.Paused
+	}
+	return "ok"
+}
+
+// WriteList writes one line per run.
+func WriteList(w io.Writer, lines []Line) error {
+	if len(lines) == 0 {
+		_, err := fmt.Fprintln(w, "no run on this server yet: `aerie produce` creates one (or check --nats)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tPHASE\tCOMPLETED\tFAILED\tETA\tLAST EVENT")
+	for _, l := range lines {
+		if l.Problem != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", l.Run, l.Problem)
+			continue
+		}
+		last := "none"
+		if l.Event != nil {
+			last = Duration(l.Event.AgeSec) + " ago"
+			if l.Event.Stale {
+				last += " (stale)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\n", l.Run, phaseOf(l.Phase), count(l.Completed), count(l.Total),
+			count(l.Failed), FormatETA(l.ETASec, l.ETALowSec, l.ETAHighSec, l.Phase), last)
+	}
+	return tw.Flush()
+}
+
+// FormatETA says when a run ends: "done", "unknown", or the estimate
+// with its band when the band says more, as in "1h12m (58m–1h31m)". A
+// band that does not hold the estimate (zeros, from an aggregator older
+// than the band) is left out.
+func FormatETA(eta, low, high float64, phase schema.Phase) string {
+	switch {
+	case phase == schema.PhaseDone:
+		return "done"
+	case eta < 0:
+		return "unknown"
+	}
+	s := Duration(eta)
+	if low >= 0 && low <= eta && eta <= high && (Duration(low) != s || Duration(high) != s) {
+		s += " (" + Duration(low) + "–" + Duration(high) + ")"
+	}
+	return s
+}
+
+// Duration writes sec for a person, to two units: "45s", "3m05s",
+// "12m", "1h12m", "3d4h".
+func Duration(sec float64) string {
+	n := int64(sec + 0.5)
+	switch {
+	case n < 60:
+		return fmt.Sprintf("%ds", max(n, 0))
+	case n < 600:
+		return fmt.Sprintf("%dm%02ds", n/60, n%60)
+	case n < 3600:
+		return fmt.Sprintf("%dm", (n+30)/60)
+	case n < 86400:
+		m := (n + 30) / 60
+		return fmt.Sprintf("%dh%02dm", m/60, m%60)
+	}
+	h := (n + 1800) / 3600
+	return fmt.Sprintf("%dd%dh", h/24, h%24)
+}
+
+func eventNote(ev *Age, run string) string {
+	switch {
+	case ev == nil:
+		return "(no throughput event: has an aggregator run? aerie aggregate --run " + run + ")"
+	case ev.Stale:
+		return "(last event " + Duration(ev.AgeSec) + " ago: STALE, is the aggregator running?)"
+	}
+	return "(last event " + Duration(ev.AgeSec) + " ago)"
+}
+
+func aggregatorNote(st *Run) string {
+	a := st.Aggregator
+	q := fmt.Sprintf("  to write: %s result%s, %s failure%s", count(int(st.Queue.ResultsToWrite)), plural(int(st.Queue.ResultsToWrite)),
+		count(int(st.Queue.FailuresToWrite)), plural(int(st.Queue.FailuresToWrite)))
+	switch {
+	case a != nil:
+		return fmt.Sprintf("%s pid %d writing %s%s", orDash(a.Host), a.PID, orDash(a.Dir), q)
+	case st.Phase == schema.PhaseDone:
+		return "none running (the run is done)" + q
+	}
+	return "NONE RUNNING: nothing writes this run's files (aerie aggregate --run " + st.Run + ")" + q
+}
+
+func reasons(by map[string]int) string {
+	if len(by) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(by))
+	for _, r := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, r+" "+count(by[r]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func phaseOf(p schema.Phase) string {
+	if p == "" {
+		return "unknown"
+	}
+	return string(p)
+}
+
+func percent(n, total int) string {
+	if total <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f%%)", 100*float64(n)/float64(total))
+}
+
+func rate(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// count writes n with thousands separators: 25,000.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,154 @@
+package status_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/status"
+)
+
+func fixedRun() *status.Run {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	return &status.Run{
+		Run: "kimi", Model: "moonshotai/Kimi-K2.5", Total: 25000, Phase: schema.PhaseSteady,
+		Completed: 12345, Failed: 12, FailedByReason: map[string]int{schema.ReasonPermanent: 10, schema.ReasonExhausted: 2},
+		Truncated: 3, InFlight: 400, LiveWorkers: 2,
+		RequestsPerSec: 1.42, TokensPerSec: 612.4, RequestsPerSecOverall: 1.38, TokensPerSecOverall: 590,
+		ETASec: 72 * 60, ETALowSec: 58 * 60, ETAHighSec: 91 * 60, ElapsedSec: 2*3600 + 30*60,
+		Event:      &status.Age{At: at, AgeSec: 1.2},
+		Queue:      status.Queue{Pending: 12243, AckPending: 412, Redelivered: 5, ResultsToWrite: 7},
+		Aggregator: &status.Aggregator{Host: "cpu-1", PID: 4121, Dir: "/data/kimi"},
+		Workers: []status.Worker{
+			{Name: "gpu-a-1", Host: "gpu-a", Backend: "http://127.0.0.1:8000", Window: 200, InFlight: 200,
+				TokensPerSec: 310.4, Heartbeat: status.Age{At: at, AgeSec: 1}},
+			{Name: "gpu-b-1", Host: "gpu-b", Backend: "http://127.0.0.1:8000", Window: 200, InFlight: 0,
+				TokensPerSec: -1, Paused: "backend down: 503", Heartbeat: status.Age{At: at, AgeSec: 2}},
+			{Name: "gpu-c-1", Host: "gpu-c", Window: 200, TokensPerSec: -1,
+				Heartbeat: status.Age{At: at, AgeSec: 45, Stale: true}},
+		},
+	}
+}
+
+func TestWriteRunShowsEveryFigure(t *testing.T) {
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, fixedRun()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"kimi", "moonshotai/Kimi-K2.5", "phase steady", "last event 1s ago",
+		"12,345 / 25,000 (49.4%)",
+		"12 (permanent 10, retries-exhausted 2)",
+		"400 on 2 live workers", "queued 12,243", "redelivered 5",
+		"1.42 req/s", "612 tok/s", "overall 1.38 req/s, 590 tok/s",
+		"ETA         1h12m (58m–1h31m)", "elapsed 2h30m",
+		"cpu-1 pid 4121 writing /data/kimi", "7 results",
+		"WORKER", "HOST", "BACKEND",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	lines := strings.Split(out, "\n")
+	workerLine := func(name string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(l, name+" ") {
+				return l
+			}
+		}
+		t.Fatalf("no line for worker %s:\n%s", name, out)
+		return ""
+	}
+	if l := workerLine("gpu-a-1"); !strings.Contains(l, "gpu-a") || !strings.Contains(l, "http://127.0.0.1:8000") ||
+		!strings.Contains(l, "310") || !strings.Contains(l, "1s ago") || !strings.HasSuffix(strings.TrimSpace(l), "ok") {
+		t.Errorf("worker line %q", l)
+	}
+	if l := workerLine("gpu-b-1"); !strings.Contains(l, "paused: backend down: 503") {
+		t.Errorf("paused worker line %q does not say why", l)
+	}
+	if l := workerLine("gpu-c-1"); !strings.Contains(l, "STALE") || !strings.Contains(l, "45s ago") {
+		t.Errorf("stale worker line %q is not marked stale", l)
+	}
+}
+
+func TestWriteRunSaysWhatIsMissing(t *testing.T) {
+	st := &status.Run{Run: "fresh", Total: 10, ETASec: -1, ETALowSec: -1, ETAHighSec: -1, Workers: []status.Worker{}}
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"phase unknown", "no throughput event", "ETA         unknown", "NONE RUNNING", "aerie aggregate --run fresh", "no worker heartbeat", "aerie work --run fresh"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	st.Event = &status.Age{AgeSec: 120, Stale: true}
+	b.Reset()
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "STALE, is the aggregator running?") {
+		t.Errorf("a stale event is not called stale:\n%s", b.String())
+	}
+}
+
+func TestWriteList(t *testing.T) {
+	lines := []status.Line{
+		{Run: "a", Total: 2000, Phase: schema.PhaseDone, Completed: 1990, Failed: 10, ETASec: 0, ETALowSec: 0, ETAHighSec: 0, Event: &status.Age{AgeSec: 5}},
+		{Run: "b", Total: 25000, Phase: schema.PhaseSteady, Completed: 400, ETASec: 4320, ETALowSec: 3480, ETAHighSec: 5460, Event: &status.Age{AgeSec: 1}},
+		{Run: "c", Total: 100, ETASec: -1, ETALowSec: -1, ETAHighSec: -1},
+		{Run: "d", Problem: "manifest cannot be read: bad"},
+	}
+	var b bytes.Buffer
+	if err := status.WriteList(&b, lines); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"RUN", "PHASE", "COMPLETED", "FAILED", "ETA", "LAST EVENT",
+		"1,990/2,000", "done", "5s ago",
+		"400/25,000", "1h12m (58m–1h31m)", "1s ago",
+		"unknown", "none", "manifest cannot be read",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := status.WriteList(&b, nil); err != nil || !strings.Contains(b.String(), "no run") {
+		t.Errorf("empty list: %v %q", err, b.String())
+	}
+}
+
+func TestFormatETA(t *testing.T) {
+	for _, tt := range []struct {
+		eta, low, high float64
+		phase          schema.Phase
+		want           string
+	}{
+		{4320, 3480, 5460, schema.PhaseSteady, "1h12m (58m–1h31m)"},
+		{-1, -1, -1, schema.PhaseRampUp, "unknown"},
+		{0, 0, 0, schema.PhaseDone, "done"},
+		{25, 0, 0, schema.PhaseSteady, "25s"},       // no band (an older aggregator): none shown
+		{90, 90, 90, schema.PhaseDraining, "1m30s"}, // a band of one point says nothing more
+		{45, 40, 52, schema.PhaseDraining, "45s (40s–52s)"},
+	} {
+		if got := status.FormatETA(tt.eta, tt.low, tt.high, tt.phase); got != tt.want {
+			t.Errorf("FormatETA(%v, %v, %v, %s) = %q, want %q", tt.eta, tt.low, tt.high, tt.phase, got, tt.want)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for sec, want := range map[float64]string{
+		0: "0s", 44.6: "45s", 185: "3m05s", 12 * 60: "12m", 72 * 60: "1h12m", 3*86400 + 4*3600: "3d4h", -3: "0s",
+	} {
+		if got := status.Duration(sec); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", sec, got, want)
+		}
+	}
+}
