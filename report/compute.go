@@ -28,7 +28,7 @@ const (
 // Limits of what the charts draw.
 const (
 	cdfPoints   = 400 // points of a CDF line
-	lengthBins  = 40  // about this many bins of completion length
+	lengthBins  = 60  // at most about this many bins of completion length (from 24)
 	workerBars  = 16  // workers named one by one; the rest are summed
 	msToSeconds = 10000
 )
@@ -135,35 +135,38 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 	var s []Setting
 	add := func(name, format string, args ...any) { s = append(s, Setting{name, fmt.Sprintf(format, args...)}) }
 	if total > 0 {
-		add("expected", "%d answers (prompts × samples)", total)
+		add("expected", "%s answers (prompts × samples)", thousands(total))
 	}
-	done := fmt.Sprintf("%d (%d truncated at max_tokens)", c.count, c.truncated)
-	if c.simulated > 0 {
-		done += fmt.Sprintf("; %d from the simulator, not a model", c.simulated)
+	done := fmt.Sprintf("%s (%s truncated at max_tokens)", thousands(c.count), thousands(c.truncated))
+	switch {
+	case c.simulated > 0 && c.simulated == c.count:
+		done += "; all from aerie's simulator, not a model"
+	case c.simulated > 0:
+		done += fmt.Sprintf("; %s from aerie's simulator, not a model", thousands(c.simulated))
 	}
 	add("completed", "%s", done)
-	failed := strconv.Itoa(f.count)
+	failed := thousands(f.count)
 	if f.count > 0 {
 		var parts []string
 		for _, k := range sortedByCount(f.byReason) {
-			parts = append(parts, fmt.Sprintf("%s %d", k, f.byReason[k]))
+			parts = append(parts, k+" "+thousands(f.byReason[k]))
 		}
 		failed += ": " + strings.Join(parts, ", ")
 	}
 	add("failed", "%s", failed)
 	if rest := total - c.count - f.count; total > 0 && rest > 0 {
-		add("not accounted for", "%d (still queued, in flight or lost)", rest)
+		add("not accounted for", "%s (still queued, in flight or lost)", thousands(rest))
 	}
 	mean := 0.0
 	if c.count > 0 {
 		mean = float64(c.completionTokens) / float64(c.count)
 	}
-	add("tokens", "%d prompt, %d completion (%.0f per answer)", c.promptTokens, c.completionTokens, mean)
+	add("tokens", "%s prompt, %s completion (%.0f per answer)", thousands(c.promptTokens), thousands(c.completionTokens), mean)
 	wall := tl.wall()
 	add("wall time", "%s (first event or answer to last answer or failure)", roundDuration(wall))
 	if wall > 0 {
-		add("throughput, mean", "%.2f requests/s, %.0f output tokens/s (over the wall time)",
-			float64(c.count)/wall.Seconds(), float64(c.completionTokens)/wall.Seconds())
+		add("throughput, mean", "%.2f requests/s, %s output tokens/s (over the wall time)",
+			float64(c.count)/wall.Seconds(), rounded(float64(c.completionTokens)/wall.Seconds()))
 	}
 	var reqs, toks []float64
 	for _, e := range evs {
@@ -172,8 +175,8 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 		}
 	}
 	if len(reqs) > 0 {
-		add("throughput, median", "%.2f requests/s, %.0f output tokens/s (median of the one-minute rates of %d events)",
-			median(reqs), median(toks), len(reqs))
+		add("throughput, median", "%.2f requests/s, %s output tokens/s (median of the one-minute rates of %d events)",
+			median(reqs), rounded(median(toks)), len(reqs))
 	}
 	add("TTFT", "%s", percentiles(sortFloats(c.ttft)))
 	add("latency", "%s", percentiles(sortFloats(c.latency)))
@@ -196,6 +199,24 @@ func fmtMillis(ms float64) string {
 	}
 	return fmt.Sprintf("%.0f ms", ms)
 }
+
+// thousands writes n with a comma between groups of three digits.
+func thousands[T int | int64](n T) string {
+	s := strconv.FormatInt(int64(n), 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return pick(neg, "-", "") + b.String()
+}
+
+// rounded is x to the unit, in thousands.
+func rounded(x float64) string { return thousands(int64(math.Round(x))) }
 
 func roundDuration(d time.Duration) time.Duration {
 	if d > time.Minute {
@@ -220,7 +241,7 @@ func params(m *schema.Manifest, extra []Setting) []Setting {
 		{"created", m.CreatedAt.UTC().Format(time.RFC3339)},
 		{"producer", m.Producer},
 		{"prompts file", m.Source},
-		{"prompts", strconv.Itoa(max(m.Prompts, m.Total/m.SampleCount()))},
+		{"prompts", thousands(max(m.Prompts, m.Total/m.SampleCount()))},
 		{"samples per prompt", strconv.Itoa(m.SampleCount())},
 		{"turns", m.TurnsMode()},
 	}

@@ -95,7 +95,7 @@ func TestNiceStepAndTicks(t *testing.T) {
 	for _, tc := range []struct {
 		v, step float64
 		want    string
-	}{{12000, 2000, "12k"}, {0.5, 0.1, "0.5"}, {2500000, 500000, "2.5M"}, {250, 50, "250"}, {0.25, 0.05, "0.25"}} {
+	}{{12000, 2000, "12k"}, {0.5, 0.1, "0.5"}, {2500000, 500000, "2500k"}, {3e6, 1e6, "3M"}, {2000, 2000, "2k"}, {0, 2000, "0"}, {1500, 500, "1500"}, {250, 50, "250"}, {0.25, 0.05, "0.25"}} {
 		if got := tickLabel(tc.v, tc.step); got != tc.want {
 			t.Errorf("tickLabel(%v, %v) = %q, want %q", tc.v, tc.step, got, tc.want)
 		}
@@ -114,6 +114,14 @@ func TestBand(t *testing.T) {
 	} {
 		if got := hasBand(tc.e); got != tc.want {
 			t.Errorf("hasBand(%+v) = %v, want %v", tc.e, got, tc.want)
+		}
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4200: "-4,200"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

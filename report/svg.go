@@ -272,22 +272,21 @@ func hbars(id, title string, bars []hbar, total int) template.HTML {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" class="tick" text-anchor="end">%s</text>`, barLabelW-8, y+15, esc(clip(br.label, 30)))
 		fmt.Fprintf(&b, `<rect class="bar" x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s: %d</title></rect>`,
 			barLabelW, y+3, math.Max(w, 1), barRowH-6, palette[0], esc(br.label), br.value)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="tick">%d (%.1f%%)</text>`, float64(barLabelW)+math.Max(w, 1)+6, y+15,
-			br.value, 100*float64(br.value)/float64(total))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" class="tick">%s (%.1f%%)</text>`, float64(barLabelW)+math.Max(w, 1)+6, y+15,
+			thousands(br.value), 100*float64(br.value)/float64(total))
 	}
 	b.WriteString("</svg>")
 	return template.HTML(b.String())
 }
 
-// tickLabel writes v with as many decimals as step needs, large values
-// with k or M.
+// tickLabel writes v with as many decimals as step needs; with a step
+// of a thousand or more, in k (or M), so that one axis reads alike.
 func tickLabel(v, step float64) string {
-	a := math.Abs(v)
 	switch {
-	case a >= 1e6 && step >= 1e5:
-		return strconv.FormatFloat(v/1e6, 'f', decimals(step/1e6), 64) + "M"
-	case a >= 1e4 && step >= 1e3:
-		return strconv.FormatFloat(v/1e3, 'f', decimals(step/1e3), 64) + "k"
+	case step >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', decimals(step/1e6), 64) + pick(v == 0, "", "M")
+	case step >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'f', decimals(step/1e3), 64) + pick(v == 0, "", "k")
 	}
 	return strconv.FormatFloat(v, 'f', decimals(step), 64)
 }
