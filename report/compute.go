@@ -87,7 +87,11 @@ func (r *Report) compute(c *completions, f *failures, evs []event, extra []Setti
 		total = evs[len(evs)-1].total
 	}
 	r.Done = (len(evs) > 0 && evs[len(evs)-1].phase == schema.PhaseDone) || (total > 0 && c.count+f.count >= total)
-	if !r.Done {
+	r.Unknown = !r.Done && total == 0
+	switch {
+	case r.Unknown:
+		r.Notes = append(r.Notes, "whether the run is finished is unknown: with neither manifest.json nor a throughput event, its size is not known")
+	case !r.Done:
 		r.Notes = append(r.Notes, "the run is not finished: counts and charts cover what is written so far, and the ETA cannot be compared with the truth yet")
 	}
 	reasonOrder(c)
@@ -331,7 +335,7 @@ func cdfChart(id, title string, ms []float32) Chart {
 	if len(sorted) == 0 {
 		ch.empty = "no answers"
 	} else {
-		caption = fmt.Sprintf("Cumulative distribution over %d answers; p50 %s, p99 %s.", len(sorted),
+		caption = fmt.Sprintf("Cumulative distribution over %s answers; p50 %s, p99 %s.", thousands(len(sorted)),
 			fmtMillis(Percentile(sorted, 50)), fmtMillis(Percentile(sorted, 99)))
 	}
 	return Chart{ID: id, Title: title, SVG: ch.render(), Caption: caption}

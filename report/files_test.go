@@ -81,7 +81,7 @@ func TestDamagedLinesAreSkipped(t *testing.T) {
 		completion(t, 2, "stop", "w2", 200)[:40],
 	}, false)
 	d.write(dataset.FailedFile, []string{`{"id":"f1","reason":"permanent","failed_at":"2026-12-01T10:00:20Z"}`, `{"id":`}, true)
-	d.write(dataset.EventsFile, []string{"{", mustJSON(t, schema.Throughput{Time: t0, Phase: schema.PhaseRampUp, ETASec: -1})}, true)
+	d.write(dataset.EventsFile, []string{"{", mustJSON(t, schema.Throughput{Time: t0, Phase: schema.PhaseRampUp, Total: 10, ETASec: 30})}, true)
 	r, html := build(t, report.Options{Run: "damaged", Dir: d.dir})
 	if r.Completed != 2 || r.Failed != 1 || r.Events != 1 {
 		t.Errorf("read %d completions, %d failures, %d events; want 2, 1, 1", r.Completed, r.Failed, r.Events)
@@ -96,7 +96,8 @@ func TestDamagedLinesAreSkipped(t *testing.T) {
 			t.Errorf("%s: %d lines skipped, want %d (all: %v)", f, skipped[f], n, skipped)
 		}
 	}
-	for _, s := range []string{"3 line(s) of completions.jsonl could not be read", "completions.jsonl:2:", "completions.jsonl:5: last line cut short"} {
+	for _, s := range []string{"3 line(s) of completions.jsonl could not be read", "completions.jsonl:2:", "completions.jsonl:5: last line cut short",
+		"the run is not finished", "the actual remaining time is not known yet"} {
 		if !strings.Contains(html, s) {
 			t.Errorf("report does not say %q", s)
 		}
@@ -129,10 +130,10 @@ func TestHTMLEscaped(t *testing.T) {
 func TestEmptyRun(t *testing.T) {
 	d := newRunDir(t)
 	r, html := build(t, report.Options{Run: "empty", Dir: d.dir})
-	if r.Manifest != nil || r.Done {
-		t.Errorf("empty run: manifest %v, done %v", r.Manifest, r.Done)
+	if r.Manifest != nil || r.Done || !r.Unknown {
+		t.Errorf("empty run: manifest %v, done %v, unknown %v; want no manifest, not known to be done", r.Manifest, r.Done, r.Unknown)
 	}
-	for _, s := range []string{"No run manifest: manifest.json is absent", "has an aggregator run for this run?", "no throughput events", "no answers"} {
+	for _, s := range []string{"No run manifest: manifest.json is absent", "whether the run is finished is unknown", "has an aggregator run for this run?", "no throughput events", "no answers"} {
 		if !strings.Contains(html, s) {
 			t.Errorf("empty run's report does not say %q", s)
 		}

@@ -41,7 +41,7 @@ svg .frame { stroke: #999; stroke-width: 1; }
 </head>
 <body>
 <h1>Run {{.Run}}</h1>
-<p class="sub">{{if .Done}}finished{{else}}not finished{{end}}; report written {{utc .Generated}} from {{.Dir}}</p>
+<p class="sub">{{if .Done}}finished{{else if .Unknown}}finished or not: unknown{{else}}not finished{{end}}; report written {{utc .Generated}} from {{.Dir}}</p>
 {{range .Notes}}<p class="warn">{{.}}</p>
 {{end}}{{range .Skipped}}<div class="warn">{{.Lines}} line(s) of {{.File}} could not be read and are left out of this report:
 <ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul></div>

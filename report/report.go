@@ -55,8 +55,9 @@ type Report struct {
 	ManifestNote string
 	Params       []Setting
 	Summary      []Setting
-	// Done reports whether every unit of the run is completed or failed.
-	Done bool
+	// Done reports whether every unit of the run is completed or failed;
+	// Unknown, when it is not, that the run's size is not known either.
+	Done, Unknown bool
 	// Completed and Failed count the lines read of completions.jsonl and
 	// failed.jsonl; Events those of events.jsonl.
 	Completed, Failed, Events int
