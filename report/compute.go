@@ -370,6 +370,7 @@ func etaChart(evs []event, tl timeline, done bool) Chart {
 	const title = "ETA: predicted against actual remaining time"
 	ch := lineChart{id: ChartETA, title: title, x: axis{0, 1, "time since the start (" + tl.unit + ")"}, y: axis{0, 1, "time remaining (" + tl.unit + ")"}}
 	var eta, actual, lo, hi []Point
+	banded, held := 0, 0 // events before the end with a band, and those whose band held the truth
 	for _, e := range evs {
 		x := tl.at(e.at)
 		ch.x.hi = max(ch.x.hi, x)
@@ -378,6 +379,12 @@ func etaChart(evs []event, tl timeline, done bool) Chart {
 		}
 		if hasBand(e) {
 			lo, hi = append(lo, Point{x, e.etaLow / tl.div}), append(hi, Point{x, e.etaHigh / tl.div})
+			if truth := tl.end.Sub(e.at).Seconds(); done && e.phase != schema.PhaseDone {
+				banded++
+				if truth >= e.etaLow && truth <= e.etaHigh {
+					held++
+				}
+			}
 		}
 		if done {
 			actual = append(actual, Point{x, max(tl.end.Sub(e.at).Seconds(), 0) / tl.div})
@@ -407,8 +414,11 @@ func etaChart(evs []event, tl timeline, done bool) Chart {
 		ch.bands = []band{{name: "uncertainty band", lo: lo, hi: hi, color: palette[0]}}
 	}
 	caption := "Each throughput event's ETA, with its band where it had one, against the time the run really took from that event to its last answer."
+	if banded > 0 {
+		caption += fmt.Sprintf(" The band held the truth at %d of %d events (%.0f%%).", held, banded, 100*float64(held)/float64(banded))
+	}
 	if clipped {
-		caption += " Estimates above twice the first true remaining time are drawn at the top."
+		caption += " Values above twice the first true remaining time are drawn at that height."
 	}
 	switch {
 	case len(evs) == 0:

@@ -177,7 +177,10 @@ func TestChartsFromFixedData(t *testing.T) {
 		e := schema.Throughput{Time: t0.Add(time.Duration(5*i) * time.Second), Phase: schema.PhaseSteady, Total: 30,
 			RequestsPerSec: float64(i), TokensPerSec: float64(100 * i), ETASec: float64(40 - 5*i),
 			ETALowSec: float64(30 - 5*i), ETAHighSec: float64(50 - 5*i)}
-		if i == 7 {
+		switch i {
+		case 3: // a band that misses the truth (24 s)
+			e.ETALowSec, e.ETAHighSec = 1, 2
+		case 7:
 			e.Phase, e.ETASec, e.ETALowSec, e.ETAHighSec = schema.PhaseDone, 0, 0, 0
 		}
 		evs = append(evs, mustJSON(t, e))
@@ -189,7 +192,7 @@ func TestChartsFromFixedData(t *testing.T) {
 	}
 	checkCharts(t, html)
 	for _, s := range []string{"actual remaining", "uncertainty band", "predicted ETA", ">stop<", ">length<",
-		"15 (50.0%)", "30 (10 truncated at max_tokens)", "p50 114 ms", "w1", "w2"} {
+		"15 (50.0%)", "The band held the truth at 6 of 7 events (86%).", "30 (10 truncated at max_tokens)", "p50 114 ms", "w1", "w2"} {
 		if !strings.Contains(html, s) {
 			t.Errorf("report does not show %q", s)
 		}
