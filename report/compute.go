@@ -361,9 +361,10 @@ func workerChart(c *completions) Chart {
 }
 
 // hasBand reports whether an event carries an ETA band: an event from
-// before the band existed has zeros there beside a positive ETA.
+// before the band existed has zeros there, beside any ETA; a band of
+// zeros is real only once the run is done.
 func hasBand(e event) bool {
-	return e.eta >= 0 && e.etaLow >= 0 && e.etaHigh >= e.etaLow && (e.etaHigh > 0 || e.eta == 0)
+	return e.eta >= 0 && e.etaLow >= 0 && e.etaHigh >= e.etaLow && (e.etaHigh > 0 || e.phase == schema.PhaseDone)
 }
 
 func etaChart(evs []event, tl timeline, done bool) Chart {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 func TestPercentile(t *testing.T) {
@@ -110,7 +112,8 @@ func TestBand(t *testing.T) {
 		{event{eta: 100, etaLow: 80, etaHigh: 130}, true},
 		{event{eta: 100}, false}, // written before the band existed
 		{event{eta: -1, etaLow: -1, etaHigh: -1}, false},
-		{event{}, true}, // done: all three zero
+		{event{phase: schema.PhaseDone}, true}, // done: all three zero
+		{event{phase: schema.PhaseDraining}, false},
 	} {
 		if got := hasBand(tc.e); got != tc.want {
 			t.Errorf("hasBand(%+v) = %v, want %v", tc.e, got, tc.want)
