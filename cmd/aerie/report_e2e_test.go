@@ -9,7 +9,8 @@ import (
 )
 
 // aerie run writes the run's report and prints its path; aerie report
-// writes it again wherever --out says, from the files alone.
+// writes it again wherever --out says (beside the outputs by default),
+// from the files alone.
 func TestReportCommand(t *testing.T) {
 	bin := buildAerie(t)
 	dir := t.TempDir()
@@ -43,6 +44,17 @@ func TestReportCommand(t *testing.T) {
 	}
 	if st, err := os.Stat(out); err == nil && st.Mode().Perm() != 0o600 {
 		t.Errorf("report mode %v, want 0600 under the default umask", st.Mode().Perm())
+	}
+
+	if err := os.Remove(written); err != nil {
+		t.Fatal(err)
+	}
+	r = aerie(t, bin, "report", "--run", "rep", "--data-dir", data)
+	if code := r.exit(t, time.Minute); code != 0 || !strings.Contains(r.stdout.String(), "): "+written) {
+		t.Errorf("aerie report without --out: exit %d, want it to write %s\nstdout: %s\nstderr: %s", code, written, r.stdout.String(), r.stderr.String())
+	}
+	if _, err := os.Stat(written); err != nil {
+		t.Errorf("aerie report without --out wrote nothing at %s: %v", written, err)
 	}
 
 	for _, tc := range []struct {
