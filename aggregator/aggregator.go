@@ -28,7 +28,8 @@ import (
 const (
 	CompletionsFile = dataset.CompletionsFile
 	FailedFile      = dataset.FailedFile
-	EventsFile      = "events.jsonl"
+	EventsFile      = dataset.EventsFile
+	ManifestFile    = dataset.ManifestFile
 )
 
 // Aggregator writes one run's output.
@@ -137,6 +138,9 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.close()
+	if err := writeManifest(a.dir, m); err != nil {
+		a.log.Warn("cannot write the run's manifest beside its output; aerie report will not show its parameters", "err", err)
+	}
 
 	results, err := provision.ResultsConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {

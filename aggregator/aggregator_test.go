@@ -173,6 +173,7 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 
 // Dead letters go to failed.jsonl, results to completions.jsonl; events
 // are published as JSON, appended to events.jsonl, and the run ends done.
+// The run's manifest is copied to manifest.json.
 func TestFailedAndEvents(t *testing.T) {
 	_, nc, js := brokertest.Provisioned(t)
 	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: 10}, nil)
@@ -233,5 +234,12 @@ func TestFailedAndEvents(t *testing.T) {
 	}
 	if last.Completed != 6 || last.Failed != 4 || last.Total != 10 || last.Phase != schema.PhaseDone {
 		t.Errorf("last event in events.jsonl = %+v", last)
+	}
+	b, err = os.ReadFile(filepath.Join(dir, run, aggregator.ManifestFile))
+	if err != nil {
+		t.Fatalf("no manifest beside the outputs: %v", err)
+	}
+	if m, err := schema.DecodeManifest(b); err != nil || m.Run != run || m.Total != 10 {
+		t.Errorf("manifest.json = %s (%v), want the run's manifest", b, err)
 	}
 }

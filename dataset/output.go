@@ -15,6 +15,13 @@ import (
 const (
 	CompletionsFile = "completions.jsonl"
 	FailedFile      = "failed.jsonl"
+	// EventsFile holds one schema.Throughput per line.
+	EventsFile = "events.jsonl"
+	// ManifestFile is a copy of the run's schema.Manifest, written by the
+	// aggregator when it starts, so that the files describe their run
+	// without NATS (aerie report reads it). It holds no secret: the
+	// manifest has none.
+	ManifestFile = "manifest.json"
 )
 
 // CompletionLine is one line of completions.jsonl: a complete training

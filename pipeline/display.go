@@ -100,4 +100,7 @@ func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "  completions  %s\n", s.Completions)
 	fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
 	fmt.Fprintf(w, "  events       %s\n", s.EventsPath)
+	if s.Report != "" {
+		fmt.Fprintf(w, "  report       %s\n", s.Report)
+	}
 }

@@ -95,11 +95,14 @@ type Summary struct {
 	Wall       time.Duration
 	// RequestsPerSec counts prompts (conversations) completed, and
 	// TurnsPerSec the answers generated: turns with --turns all.
-	RequestsPerSec             float64
-	TurnsPerSec                float64
-	TokensPerSec               float64
-	Completions, FailedPath    string
-	EventsPath                 string
+	RequestsPerSec          float64
+	TurnsPerSec             float64
+	TokensPerSec            float64
+	Completions, FailedPath string
+	EventsPath              string
+	// Report is the path of the run's report.html, written at the end;
+	// empty when it could not be written (the log says why).
+	Report                     string
 	NATSURL, BackendURL, Model string
 	// Simulated is true when the answers came from the built-in
 	// simulator (no Backend given), not from a model.
@@ -208,7 +211,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		runErr = err
 	}
 	stopSim()
-	return summarize(cfg, start, workTime, srv, be, agg, ws), runErr
+	sum := summarize(cfg, start, workTime, srv, be, agg, ws)
+	sum.Report = writeReport(cfg, agg.Dir(), be, log)
+	return sum, runErr
 }
 
 // waitForEnd waits until the run is done, ctx ends, the aggregator fails

@@ -41,7 +41,7 @@ func newFlags(name, synopsis string) (*flag.FlagSet, *logFlags) {
 // take --umask.
 var writesFiles = map[string]bool{
 	"run": true, "aggregate": true, "export": true, "gen-prompts": true,
-	"server": true, "auth init": true, "doctor": true,
+	"server": true, "auth init": true, "doctor": true, "report": true,
 }
 
 // umaskFlag is --umask: the process umask, set once when the flags are
