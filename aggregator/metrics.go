@@ -186,7 +186,7 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 			d *prometheus.Desc
 			v float64
 		}{{c.eta, s.ETASec}, {c.etaLow, s.ETALowSec}, {c.etaHigh, s.ETAHighSec}} {
-			if e.v >= 0 {
+			if s.ETASec >= 0 && e.v >= 0 { // the band is unknown with the ETA
 				gauge(e.d, e.v)
 			}
 		}
