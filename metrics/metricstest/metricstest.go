@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -63,4 +64,17 @@ series:
 		}
 	}
 	return sum, ok
+}
+
+// Gather collects g's metrics as a scrape would see them.
+func Gather(g prometheus.Gatherer) (Families, error) {
+	fams, err := g.Gather()
+	if err != nil {
+		return nil, err
+	}
+	f := Families{}
+	for _, fam := range fams {
+		f[fam.GetName()] = fam
+	}
+	return f, nil
 }
