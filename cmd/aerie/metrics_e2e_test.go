@@ -35,7 +35,9 @@ func TestMetricsListenWorkAggregate(t *testing.T) {
 	brokertest.Eventually(t, 30*time.Second, func() bool {
 		var err error
 		before, err = metricstest.Scrape(workURL)
-		return err == nil
+		// The server listens before the worker has connected to NATS
+		// and registered its metrics.
+		return err == nil && before["aerie_worker_window_size"] != nil
 	}, "the worker's metrics at %s", workURL)
 	if v, ok := before.Sum("aerie_worker_outcomes_total", "worker", "w1", "run", run, "outcome", "completed"); !ok || v != 0 {
 		t.Errorf("before produce: completed outcomes %v (present %v), want a zero series", v, ok)
