@@ -156,7 +156,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	var reg *prometheus.Registry
 	if cfg.MetricsListen != "" {
 		reg = metrics.NewRegistry()
-		ms, err := metrics.Listen(ctx, cfg.MetricsListen, reg, log)
+		// Served until Run returns: through the grace period after
+		// Ctrl-C too.
+		ms, err := metrics.Listen(context.WithoutCancel(ctx), cfg.MetricsListen, reg, log)
 		if err != nil {
 			return nil, err
 		}
