@@ -182,12 +182,13 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.writeFailing, boolValue(s.WriteError != ""))
 		gauge(c.reqRate, s.RequestsPerSec)
 		gauge(c.tokRate, s.TokensPerSec)
-		for _, e := range []struct {
-			d *prometheus.Desc
-			v float64
-		}{{c.eta, s.ETASec}, {c.etaLow, s.ETALowSec}, {c.etaHigh, s.ETAHighSec}} {
-			if s.ETASec >= 0 && e.v >= 0 { // the band is unknown with the ETA
-				gauge(e.d, e.v)
+		if s.ETASec >= 0 {
+			gauge(c.eta, s.ETASec)
+			// A band that does not hold the ETA is one the estimator
+			// did not compute.
+			if s.ETALowSec >= 0 && s.ETALowSec <= s.ETASec && s.ETAHighSec >= s.ETASec {
+				gauge(c.etaLow, s.ETALowSec)
+				gauge(c.etaHigh, s.ETAHighSec)
 			}
 		}
 		for _, p := range phases {
