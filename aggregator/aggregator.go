@@ -62,6 +62,8 @@ type Aggregator struct {
 	snapshot schema.Throughput
 	writeErr string                // guarded by last
 	paused   map[string]pausedInfo // guarded by last
+	// metrics is nil without Config.Metrics.
+	metrics *metrics
 }
 
 // pausedInfo is a worker's latest word that it is paused.
@@ -87,13 +89,19 @@ func New(cfg Config, js jetstream.JetStream) (*Aggregator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Aggregator{
+	a := &Aggregator{
 		cfg: cfg, js: js, nc: js.Conn(),
 		log:  cfg.Logger.With("run", cfg.Run, "component", "aggregator"),
 		dir:  filepath.Join(cfg.DataDir, cfg.Run),
 		done: make(chan struct{}),
 		kick: make(chan struct{}, 1),
-	}, nil
+	}
+	if cfg.Metrics != nil {
+		if err := a.registerMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Dir is the run's output directory.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -54,6 +56,10 @@ type Config struct {
 	// OnEvent, if set, is called with every throughput event (for a live
 	// display). It must not block.
 	OnEvent func(schema.Throughput)
+	// Metrics, if set, is where the aggregator registers its Prometheus
+	// metrics (aerie_run_*, aerie_aggregator_*, aerie_data_dir_*,
+	// labelled with the run); nil means none are kept.
+	Metrics prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -49,6 +49,7 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 			if werr := write(msgs); werr != nil {
 				failures++
 				a.setWriteError(werr)
+				a.metrics.writeFailed()
 				a.log.Error("CANNOT WRITE OUTPUT: not acknowledging results until it works; free disk space or fix the data directory's permissions",
 					"err", werr, "attempt", failures, "retry_in", backoff(failures))
 				for _, m := range msgs {
@@ -131,6 +132,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 		a.mu.Unlock()
 		return err
 	}
+	a.metrics.wroteCompletions(fresh, a.turnsAll)
 	now := time.Now()
 	for i, r := range fresh {
 		if a.failed.final(keys[i]) {
@@ -214,6 +216,7 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 	if err := a.failed.appendLines(&buf, keys, at, requests); err != nil {
 		return err
 	}
+	a.metrics.wroteFailed(len(keys))
 	if len(replace) > 0 {
 		before := make(map[string]int, len(replace))
 		for key := range replace {

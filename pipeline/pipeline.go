@@ -18,10 +18,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/metrics"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
 	"github.com/aerie-dev/aerie/provision"
@@ -65,6 +67,11 @@ type Config struct {
 	// 127.0.0.1 on a random port. Its URL is logged so that `nats` CLI
 	// can inspect a run while it goes.
 	NATSListen string
+	// MetricsListen, if set, is the host:port where the workers' and the
+	// aggregator's Prometheus metrics are served together at /metrics
+	// (one registry; each worker's series carry its own name); empty
+	// serves none. The URL is logged.
+	MetricsListen string
 	// EventInterval of throughput events; zero means the aggregator's
 	// default.
 	EventInterval time.Duration
@@ -148,6 +155,19 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 
+	// Listening first: a port taken is reported before anything starts.
+	var reg *prometheus.Registry
+	if cfg.MetricsListen != "" {
+		reg = metrics.NewRegistry()
+		// Served until Run returns: through the grace period after
+		// Ctrl-C too.
+		ms, err := metrics.Listen(context.WithoutCancel(ctx), cfg.MetricsListen, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		defer ms.Close()
+	}
+
 	srv, err := startBroker(cfg, log)
 	if err != nil {
 		return nil, err
@@ -184,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stopAgg()
 	agg, err := aggregator.New(aggregator.Config{
 		Run: cfg.Run, DataDir: cfg.DataDir, EventInterval: cfg.EventInterval,
-		ExitWhenDone: true, OnEvent: cfg.OnEvent, Logger: log,
+		ExitWhenDone: true, OnEvent: cfg.OnEvent, Logger: log, Metrics: registerer(reg),
 	}, js)
 	if err != nil {
 		return nil, err
@@ -195,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	workStart := time.Now()
-	ws, err := startWorkers(workCtx, srv, cfg, be.client, log)
+	ws, err := startWorkers(workCtx, srv, cfg, be.client, registerer(reg), log)
 	if err != nil {
 		stopAgg()
 		<-aggErr

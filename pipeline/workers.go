@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/openai"
@@ -29,7 +30,7 @@ type workers struct {
 // startWorkers starts cfg.Workers workers, each running until ctx ends.
 // Every worker is made before any starts, so that a failure leaves none
 // running.
-func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *openai.Client, log *slog.Logger) (*workers, error) {
+func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *openai.Client, reg prometheus.Registerer, log *slog.Logger) (*workers, error) {
 	ws := &workers{stopped: make(chan struct{})}
 	conns := make([]*nats.Conn, 0, cfg.Workers)
 	for i := range cfg.Workers {
@@ -37,7 +38,7 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 		if err == nil {
 			conns = append(conns, nc)
 			var w *worker.Worker
-			if w, err = worker.New(worker.Config{Run: cfg.Run, Window: cfg.Window, Grace: cfg.Grace, Logger: log}, js, client); err == nil {
+			if w, err = worker.New(worker.Config{Run: cfg.Run, Window: cfg.Window, Grace: cfg.Grace, Metrics: reg, Logger: log}, js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}
 		}
@@ -79,4 +80,13 @@ func (ws *workers) err() error {
 		return fmt.Errorf("all %d workers stopped before the run was done", len(ws.all))
 	}
 	return fmt.Errorf("all %d workers stopped, so no prompt can be generated; %d failed, the first with: %w", len(ws.all), len(ws.failed), ws.failed[0])
+}
+
+// registerer is reg as a Registerer: nil (no metrics) when reg is nil,
+// rather than a non-nil interface holding a nil registry.
+func registerer(reg *prometheus.Registry) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return reg
 }

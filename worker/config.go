@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -72,6 +73,10 @@ type Config struct {
 	BreakerThreshold int
 	// Provision is used if the run's consumer does not exist yet.
 	Provision provision.Options
+	// Metrics, if set, is where the worker registers its Prometheus
+	// metrics (aerie_worker_*, labelled with its name and run); nil
+	// means none are kept.
+	Metrics prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }

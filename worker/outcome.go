@@ -129,10 +129,12 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 				return
 			}
 			if ctx.Err() != nil {
+				w.metrics.settled(OutcomeHandedBack)
 				d.nak(0, log)
 				return
 			}
 			log.Error("cannot store result; prompt will be retried", "err", perr)
+			w.metrics.settled(OutcomeTransient)
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
@@ -152,35 +154,44 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			log.Warn("ack failed after result was stored", "err", aerr)
 		}
 		w.completed.Add(1)
+		w.metrics.settled(completedOutcome(j))
 	case retry:
 		w.retried.Add(1)
+		w.metrics.settled(OutcomeTransient)
 		d.nak(delay, log)
 	case outage:
 		w.handedBack.Add(1)
+		w.metrics.settled(OutcomeHandedBack)
 		d.nak(w.cfg.OutageRetry, log)
 	case handBack:
+		w.metrics.settled(OutcomeHandedBack)
 		d.nak(0, log)
 	case later:
 		if ctx.Err() != nil {
+			w.metrics.settled(OutcomeHandedBack)
 			d.nak(0, log)
 			return
 		}
 		log.Error("cannot store or read a finished turn; prompt will be continued later", "err", err)
+		w.metrics.settled(OutcomeTransient)
 		d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 	case deadLetter:
 		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
 		if derr := w.publishDeadLetter(ctx, d, j, reason, err); derr != nil {
 			if errors.Is(derr, errSuperseded) {
 				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
+				w.metrics.settled(OutcomeTransient)
 				d.nak(w.cfg.OutageRetry, log)
 				return
 			}
 			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
+			w.metrics.settled(OutcomeTransient)
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
 		d.term(reason, log)
 		w.deadLettered.Add(1)
+		w.metrics.settled(deadLetterOutcome(reason))
 	}
 }
 

@@ -154,6 +154,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 		})
 		w.generating.Add(-1)
 		w.breaker.record(err)
+		w.metrics.request(comp, err)
 		if err != nil {
 			return nil, err
 		}

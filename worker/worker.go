@@ -69,6 +69,8 @@ type Worker struct {
 	// interimTurns counts the stored turns of the conversations held.
 	interimTurns atomic.Int64
 	paused       atomic.Pointer[string]
+	// metrics is nil without Config.Metrics.
+	metrics *metrics
 
 	// host and backendURL are what heartbeats say of where this worker
 	// runs and where its requests go (see schema.Heartbeat).
@@ -114,6 +116,11 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 			w.log.Info("backend healthy again: resuming", "paused_total", w.breaker.pausedFor().Round(time.Millisecond))
 		}
 	}, w.logProbeFailure)
+	if cfg.Metrics != nil {
+		if err := w.registerMetrics(cfg.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	return w, nil
 }
 

@@ -15,16 +15,22 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
 	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run has its final outcome written (a replayed prompt's new one included)")
 	leaseWait := fs.Duration("lease-wait", aggregator.DefaultLeaseWait, "when another aggregator writes the run, how long to wait for it to stop before giving up (exit status 3); one that died frees the run within 30s")
+	metricsListen := addMetricsFlag(fs)
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
 	}
+	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	nc, js, err := connect(nf, "aerie-aggregate", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Logger: log}, js)
+	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Metrics: reg, Logger: log}, js)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
+	metricsListen := addMetricsFlag(fs)
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name (default: the simulator's, or the backend's only model)")
 	var policy schema.Policy
@@ -85,6 +86,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Model: sf.model, Params: sf.params(), Policy: policy,
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
+		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Logger: log,
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {

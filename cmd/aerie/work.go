@@ -24,6 +24,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	firstToken := fs.Duration("first-token-timeout", openai.DefaultFirstTokenTimeout, "a request fails (and is tried again) when its first token has not come this long after it was sent; generous, since vLLM queues requests behind a full batch")
 	idle := fs.Duration("idle-timeout", openai.DefaultIdleTimeout, "a request fails (and is tried again) when the server sends nothing for this long after its first token; a long answer that keeps streaming never does")
 	total := fs.Duration("request-timeout", 0, "optional cap on one answer from request to last token, however steadily it streams (0: no cap)")
+	metricsListen := addMetricsFlag(fs)
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
@@ -41,12 +42,17 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err := preflightWorker(ctx, nf, *run, bf.url, key, *window, log); err != nil {
 		return err
 	}
+	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	nc, js, err := connect(nf, "aerie-work", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	w, err := worker.New(worker.Config{Run: *run, Name: *name, Window: *window, Grace: *grace, Logger: log}, js, client)
+	w, err := worker.New(worker.Config{Run: *run, Name: *name, Window: *window, Grace: *grace, Metrics: reg, Logger: log}, js, client)
 	if err != nil {
 		return err
 	}

@@ -220,7 +220,8 @@ var servingURL = regexp.MustCompile(`"?url"?[=:]"?http://([0-9.]+:[0-9]+)`)
 
 // runAerie starts aerie with args and exactly env (no variable of the
 // test's own environment) in c's root. A --listen address becomes
-// 127.0.0.1:0, and the address the server then logs is sent on listen.
+// 127.0.0.1:0, and the address the server then logs is sent on listen;
+// a --metrics-listen address becomes 127.0.0.1:0 too.
 // The process gets SIGTERM when ctx ends, as a container being stopped.
 func runAerie(t *testing.T, ctx context.Context, name string, c *container, args []string, env map[string]string, h *hosts) *proc {
 	t.Helper()
@@ -235,6 +236,12 @@ func runAerie(t *testing.T, ctx context.Context, name string, c *container, args
 		if strings.HasPrefix(a, "--listen=") {
 			args[i] = "--listen=127.0.0.1:0"
 			listening = true
+			continue
+		}
+		// Each container has its own network: here the services share
+		// one, so every metrics port becomes a free one.
+		if a == "--metrics-listen" && i+1 < len(args) {
+			args[i+1] = "127.0.0.1:0"
 			continue
 		}
 		args[i] = h.rewrite(c.path(a))

@@ -1,0 +1,218 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// Outcome label values of aerie_worker_outcomes_total, one per way a
+// delivery of a prompt is settled (see settle).
+const (
+	// OutcomeCompleted: the answer is stored and the prompt acknowledged.
+	OutcomeCompleted = "completed"
+	// OutcomeTruncated: the answer stopped at max_tokens; stored (flagged)
+	// when the run keeps such answers, dead-lettered when it does not.
+	OutcomeTruncated = "truncated"
+	// OutcomeTransient: handed back with a delay, to be tried again; the
+	// failure may count against the prompt.
+	OutcomeTransient = "transient"
+	// OutcomePermanent: dead-lettered for any reason but truncation (a
+	// 400 before streaming, attempts used up, an undecodable prompt).
+	OutcomePermanent = "permanent"
+	// OutcomeHandedBack: given back without counting against the prompt:
+	// the backend is down or the worker is stopping.
+	OutcomeHandedBack = "handed_back"
+)
+
+var outcomeLabels = []string{OutcomeCompleted, OutcomeTruncated, OutcomeTransient, OutcomePermanent, OutcomeHandedBack}
+
+// Error class label values of aerie_worker_backend_errors_total.
+const (
+	// ErrorServer: the backend failed (a 5xx, an error inside a stream,
+	// a connection refused or cut, no answer in time).
+	ErrorServer = "server"
+	// ErrorOverloaded: the backend refused the request for now (429 and
+	// other 4xx that say to try later).
+	ErrorOverloaded = "overloaded"
+	// ErrorBadRequest: the backend refused the request as sent (a 400
+	// such as a prompt longer than the context).
+	ErrorBadRequest = "bad_request"
+	// ErrorMisconfigured: our credentials refused or the run's model not
+	// served: an operator's to fix.
+	ErrorMisconfigured = "misconfigured"
+)
+
+var errorLabels = []string{ErrorServer, ErrorOverloaded, ErrorBadRequest, ErrorMisconfigured}
+
+// durationBuckets (seconds) span a first token from a warm server (50 ms)
+// to a long reasoning answer (10 minutes).
+var durationBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
+
+// metrics are one worker's Prometheus metrics, every one labelled with
+// the worker's name and its run. A nil *metrics records nothing: a
+// worker without Config.Metrics.
+type metrics struct {
+	outcomes *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	ttft     prometheus.Histogram
+	latency  prometheus.Histogram
+}
+
+// registerMetrics registers w's metrics with reg: those counted as they
+// happen, and a collector that reads the worker's state at scrape time.
+func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
+	labels := prometheus.Labels{"worker": w.cfg.Name, "run": w.cfg.Run}
+	m := &metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "aerie_worker_outcomes_total",
+			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down or worker stopping).",
+			ConstLabels: labels,
+		}, []string{"outcome"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "aerie_worker_backend_errors_total",
+			Help:        "Failed requests to the backend, by class: server (5xx, error mid-stream, connection refused or cut, timeout), overloaded (429 and other try-later refusals), bad_request (400 before streaming), misconfigured (credentials refused, model not served).",
+			ConstLabels: labels,
+		}, []string{"class"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "aerie_worker_time_to_first_token_seconds",
+			Help:        "Time from sending a request to its first streamed token, of the requests answered.",
+			ConstLabels: labels,
+			Buckets:     durationBuckets,
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "aerie_worker_request_duration_seconds",
+			Help:        "Time from sending a request to its last token, of the requests answered.",
+			ConstLabels: labels,
+			Buckets:     durationBuckets,
+		}),
+	}
+	// Every label value from the start, so that rates and alerts see a
+	// zero rather than no series.
+	for _, o := range outcomeLabels {
+		m.outcomes.WithLabelValues(o)
+	}
+	for _, c := range errorLabels {
+		m.errors.WithLabelValues(c)
+	}
+	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, newStateCollector(w, labels)} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("worker %s: register metrics: %w", w.cfg.Name, err)
+		}
+	}
+	w.metrics = m
+	return nil
+}
+
+// request records one request to the backend: its timings when answered,
+// its class when it failed. A request ended by the worker's own context
+// says nothing about the backend and is not counted.
+func (m *metrics) request(c *openai.Completion, err error) {
+	if m == nil {
+		return
+	}
+	if err == nil {
+		if c != nil {
+			m.ttft.Observe(c.TTFT.Seconds())
+			m.latency.Observe(c.Latency.Seconds())
+		}
+		return
+	}
+	if class := errorClass(err); class != "" {
+		m.errors.WithLabelValues(class).Inc()
+	}
+}
+
+// errorClass is the error's class label ("" for none).
+func errorClass(err error) string {
+	switch faultOf(err) {
+	case serverFault:
+		return ErrorServer
+	case misconfigured:
+		return ErrorMisconfigured
+	case answered:
+		if openai.Classify(err) == openai.Permanent {
+			return ErrorBadRequest
+		}
+		return ErrorOverloaded
+	}
+	return ""
+}
+
+// settled counts a delivery settled with outcome o.
+func (m *metrics) settled(o string) {
+	if m == nil {
+		return
+	}
+	m.outcomes.WithLabelValues(o).Inc()
+}
+
+// completedOutcome is the outcome of a stored answer: truncated when its
+// last turn stopped at max_tokens.
+func completedOutcome(j *job) string {
+	if j != nil && len(j.turns) > 0 && j.turns[len(j.turns)-1].Answer.FinishReason == "length" {
+		return OutcomeTruncated
+	}
+	return OutcomeCompleted
+}
+
+// deadLetterOutcome is the outcome of a dead letter with reason.
+func deadLetterOutcome(reason string) string {
+	if reason == schema.ReasonTruncated {
+		return OutcomeTruncated
+	}
+	return OutcomePermanent
+}
+
+// stateCollector reads a worker's state at scrape time: what it holds,
+// what it has streamed, and its breaker.
+type stateCollector struct {
+	w                                    *Worker
+	inFlight, generating, window, tokens *prometheus.Desc
+	breakerOpen, pausedSeconds           *prometheus.Desc
+}
+
+func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
+	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
+	return &stateCollector{
+		w:             w,
+		inFlight:      desc("aerie_worker_prompts_in_flight", "Prompts delivered to the worker and not yet settled."),
+		generating:    desc("aerie_worker_requests_generating", "Requests at the backend now (never more than the window)."),
+		window:        desc("aerie_worker_window_size", "The most requests the worker has at its backend at once (--window)."),
+		tokens:        desc("aerie_worker_streamed_tokens_total", "Completion tokens streamed from the backend, those of requests that later failed included."),
+		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
+		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	w := c.w
+	held, _ := w.win.holding()
+	open, _ := w.breaker.isOpen()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge(c.inFlight, float64(held))
+	gauge(c.generating, float64(w.generating.Load()))
+	gauge(c.window, float64(w.cfg.Window))
+	counter(c.tokens, float64(w.tokens.Load()))
+	gauge(c.breakerOpen, boolValue(open))
+	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
