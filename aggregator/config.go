@@ -54,6 +54,9 @@ type Config struct {
 	// OnEvent, if set, is called with every throughput event (for a live
 	// display). It must not block.
 	OnEvent func(schema.Throughput)
+	// Observer, if set, sees events, heartbeats and answers (see
+	// Observer); nil means none does.
+	Observer Observer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
