@@ -27,6 +27,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
+	httpListen := addHTTPListenFlag(fs)
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name (default: the simulator's, or the backend's only model)")
 	var policy schema.Policy
@@ -79,6 +80,14 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	page, pageURL, stopPage, err := startLivePage(*httpListen, *run, log)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
+	if page != nil && logOut != os.Stderr {
+		fmt.Fprintf(os.Stderr, "aerie run %s: live page at %s\n", *run, pageURL)
+	}
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
 		Backend: bf.url, APIKey: key, Sim: *sim,
@@ -86,7 +95,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		EventInterval: *interval, SkipInvalid: *skip,
-		Progress: progress, OnEvent: display.Event, Logger: log,
+		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
