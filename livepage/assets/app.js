@@ -44,9 +44,17 @@ function dur(sec) {
   return s + "s";
 }
 
-function clock(ms) {
-  const d = new Date(ms);
-  return String(d.getHours()).padStart(2, "0") + ":" + String(d.getMinutes()).padStart(2, "0");
+// clock is a time of day for a chart's axis, with seconds when the chart
+// spans less than ten minutes.
+function clock(ms, span) {
+  const d = new Date(ms), two = (n) => String(n).padStart(2, "0");
+  const hm = two(d.getHours()) + ":" + two(d.getMinutes());
+  return span < 600000 ? hm + ":" + two(d.getSeconds()) : hm;
+}
+
+// durAxis labels a duration axis: seconds with a decimal below a minute.
+function durAxis(sec) {
+  return sec < 60 ? short(sec) + "s" : dur(sec);
 }
 
 // niceMax rounds a chart's top up to 1, 2 or 5 times a power of ten.
@@ -118,8 +126,8 @@ function timeChart(svg, points, value, band, fmt) {
     pen = true;
   }
   svg.appendChild(svgEl("path", { class: "line", d: d }));
-  svg.appendChild(svgEl("text", { x: f.area.x0, y: f.h - 4 }, clock(t0)));
-  svg.appendChild(svgEl("text", { x: f.area.x1, y: f.h - 4, "text-anchor": "end" }, clock(t1)));
+  svg.appendChild(svgEl("text", { x: f.area.x0, y: f.h - 4 }, clock(t0, t1 - t0)));
+  svg.appendChild(svgEl("text", { x: f.area.x1, y: f.h - 4, "text-anchor": "end" }, clock(t1, t1 - t0)));
 }
 
 function lengthChart(svg, lengths) {
@@ -226,7 +234,7 @@ function drawCharts() {
   timeChart($("chart-rps"), h, (p) => p.requests_per_sec, null, short);
   timeChart($("chart-tps"), h, (p) => p.tokens_per_sec, null, short);
   timeChart($("chart-eta"), h, (p) => p.eta_sec,
-    (p) => (p.eta_low_sec >= 0 && p.eta_high_sec >= 0 ? [p.eta_low_sec, p.eta_high_sec] : null), dur);
+    (p) => (p.eta_low_sec >= 0 && p.eta_high_sec >= 0 ? [p.eta_low_sec, p.eta_high_sec] : null), durAxis);
   lengthChart($("chart-len"), latest.lengths);
 }
 
