@@ -52,6 +52,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("hide-scrollbars", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 1000),
 	)
@@ -241,13 +242,22 @@ func TestBrowserEscapes(t *testing.T) {
 	ctx := browser(t)
 	const evil = `<img src=x onerror="window.pwned=1">`
 	page := livepage.New("escapes")
+	t0 := time.Now().Add(-time.Minute)
+	for i := range 4 { // with the ETA's band
+		page.Event(schema.Throughput{Run: "escapes", Time: t0.Add(time.Duration(i) * 10 * time.Second), Phase: schema.PhaseSteady,
+			Total: 10, Completed: 1 + i, ETASec: float64(300 - 10*i), ETALowSec: float64(250 - 10*i), ETAHighSec: float64(400 - 10*i)})
+	}
 	page.Event(schema.Throughput{Run: "escapes", Time: time.Now(), Phase: schema.PhaseSteady, Total: 10, Completed: 1,
-		Failed: 1, FailedByReason: map[string]int{evil: 1}, ETASec: -1, ETALowSec: -1, ETAHighSec: -1, WriteError: evil})
+		Failed: 1, FailedByReason: map[string]int{evil: 1}, ETASec: 200, ETALowSec: 150, ETAHighSec: 300, WriteError: evil})
 	page.Heartbeat(schema.Heartbeat{Run: "escapes", Worker: evil, Host: evil, Time: time.Now(), Window: 4,
 		Paused: true, PausedReason: evil})
 	srv := serve(t, page)
 
 	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	waitFor(t, ctx, 30*time.Second, `document.querySelectorAll("#chart-eta polygon").length > 0`, "the ETA's band")
+	if os.Getenv("AERIE_TEST_ARTIFACTS") != "" {
+		screenshot(t, ctx, "livepage-escapes.png")
+	}
 	waitFor(t, ctx, 30*time.Second, `document.getElementById("reasons").textContent.includes("<img")`, "the reason as text")
 	if n := within(t, ctx, 10*time.Second, "count images",
 		chromedp.Evaluate[int](`document.querySelectorAll("img").length + (window.pwned ? 100 : 0)`)); n != 0 {

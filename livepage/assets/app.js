@@ -71,12 +71,13 @@ function frame(svg, top, fmt) {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
   const w = Math.max(svg.clientWidth, 200), h = Math.max(svg.clientHeight, 120);
   svg.setAttribute("viewBox", "0 0 " + w + " " + h);
-  const area = { x0: 40, x1: w - 8, y0: 8, y1: h - 20 };
+  const labels = [0, 1, 2].map((i) => [(top * i) / 2, fmt((top * i) / 2)]);
+  const widest = Math.max(...labels.map((l) => l[1].length));
+  const area = { x0: Math.max(28, widest * 6.5 + 8), x1: w - 8, y0: 8, y1: h - 20 };
   const y = (v) => area.y1 - (v / top) * (area.y1 - area.y0);
-  for (let i = 0; i <= 2; i++) {
-    const v = (top * i) / 2;
+  for (const [v, label] of labels) {
     svg.appendChild(svgEl("line", { class: "grid", x1: area.x0, x2: area.x1, y1: y(v), y2: y(v) }));
-    svg.appendChild(svgEl("text", { x: area.x0 - 4, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
+    svg.appendChild(svgEl("text", { x: area.x0 - 4, y: y(v) + 4, "text-anchor": "end" }, label));
   }
   return { area, y, w, h };
 }
@@ -158,6 +159,16 @@ function row(cells, cls) {
     const td = document.createElement("td");
     td.textContent = c[0];
     if (c[1]) td.className = c[1];
+    if (c[0].length > 60) { // a long reason: the start, all of it on hover
+      td.title = c[0];
+      td.textContent = c[0].slice(0, 59) + "…";
+    }
+    if (c[2]) {
+      const sub = document.createElement("div");
+      sub.className = "sub";
+      sub.textContent = c[2];
+      td.appendChild(sub);
+    }
     tr.appendChild(td);
   }
   return tr;
@@ -167,11 +178,13 @@ function renderWorkers(ws) {
   const body = $("workers");
   const rows = ws.map((w) => {
     let state = "working", cls = "";
-    if (w.paused) { state = "paused: " + (w.paused_reason || "?"); cls = "paused"; }
+    if (w.paused && w.paused_reason === "stopping") { state = "stopping"; cls = "stale"; }
+    else if (w.paused) { state = "paused: " + (w.paused_reason || "?"); cls = "paused"; }
     else if (w.stale) { state = "silent " + dur(w.silent_sec); cls = "stale"; }
+    const where = [w.host, w.backend && "→ " + w.backend].filter(Boolean).join(" ");
     return row([
-      [w.name, "name"], [w.host || "–", "name"], [num(w.window), "num"], [num(w.in_flight), "num"],
-      [num(w.tokens_per_sec), "num"], [state],
+      [w.name, "name", where], [state, "state"],
+      [num(w.in_flight) + " / " + num(w.window), "num"], [num(w.tokens_per_sec), "num"],
     ], cls);
   });
   body.replaceChildren(...rows);
