@@ -36,11 +36,10 @@ const maxBucket = 40 * perOctave
 // holds zero-token answers, bucket i > 0 lengths in
 // [2^((i-1)/perOctave), 2^(i/perOctave)).
 type lengthHistogram struct {
-	counts    [maxBucket + 1]int64
-	n, trunc  int64
-	sum       float64
-	longest   int64
-	populated bool
+	counts   [maxBucket + 1]int64
+	n, trunc int64
+	sum      float64
+	longest  int64
 }
 
 func bucketIndex(n int64) int {
