@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -265,5 +266,37 @@ func TestBrowserEscapes(t *testing.T) {
 	}
 	if !strings.Contains(text(t, ctx, "workers"), evil) || !strings.Contains(text(t, ctx, "write-error"), evil) {
 		t.Error("the worker's name or the write error is not shown as text")
+	}
+}
+
+// Where the event stream is refused (a proxy that buffers, say), the page
+// polls /api/state and still follows the run.
+func TestBrowserPollsWithoutStream(t *testing.T) {
+	ctx := browser(t)
+	page := livepage.New("polled")
+	page.Event(schema.Throughput{Run: "polled", Time: time.Now(), Phase: schema.PhaseSteady, Total: 50, Completed: 3,
+		ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	h := livepage.Handler(page)
+	noStream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/events" {
+			http.Error(w, "no streams here", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(noStream)
+	defer srv.Close()
+
+	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	within(t, ctx, 10*time.Second, "mark the page", chromedp.Evaluate[bool]("window.notReloaded = true"))
+	waitFor(t, ctx, 30*time.Second, `document.getElementById("completed").textContent === "3"`, "the first count")
+	page.Event(schema.Throughput{Run: "polled", Time: time.Now(), Phase: schema.PhaseSteady, Total: 50, Completed: 9,
+		ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	waitFor(t, ctx, 30*time.Second, `document.getElementById("completed").textContent === "9"`, "the count to move by polling")
+	if conn := text(t, ctx, "conn"); conn != "polling" {
+		t.Errorf("connection shows %q; want polling", conn)
+	}
+	if !within(t, ctx, 10*time.Second, "check the mark", chromedp.Evaluate[bool]("window.notReloaded === true")) {
+		t.Error("the page was loaded again: it should update in place")
 	}
 }
