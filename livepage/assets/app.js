@@ -220,7 +220,7 @@ function render(s) {
     setText("mean", num(t.mean_completion_tokens));
     setText("elapsed", dur(t.elapsed_sec));
     let eta = dur(t.eta_sec);
-    if (t.eta_sec >= 0 && t.eta_low_sec >= 0 && t.eta_high_sec >= 0 && t.phase !== "done") {
+    if (hasBand(t) && t.phase !== "done") {
       eta += " (" + dur(t.eta_low_sec) + "–" + dur(t.eta_high_sec) + ")";
     }
     setText("eta", t.phase === "done" ? "done" : eta);
@@ -241,13 +241,19 @@ function render(s) {
   tick();
 }
 
+// hasBand says whether an event or a point carries the ETA's band: an
+// aggregator without one sends zeros or negatives.
+function hasBand(p) {
+  return p.eta_sec >= 0 && p.eta_low_sec >= 0 && p.eta_high_sec > 0 && p.eta_high_sec >= p.eta_low_sec;
+}
+
 function drawCharts() {
   if (!latest) return;
   const h = latest.history || [];
   timeChart($("chart-rps"), h, (p) => p.requests_per_sec, null, short);
   timeChart($("chart-tps"), h, (p) => p.tokens_per_sec, null, short);
   timeChart($("chart-eta"), h, (p) => p.eta_sec,
-    (p) => (p.eta_low_sec >= 0 && p.eta_high_sec >= 0 ? [p.eta_low_sec, p.eta_high_sec] : null), durAxis);
+    (p) => (hasBand(p) ? [p.eta_low_sec, p.eta_high_sec] : null), durAxis);
   lengthChart($("chart-len"), latest.lengths);
 }
 
