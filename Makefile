@@ -27,7 +27,7 @@ DATA     ?= ./data
 # FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas natscli
+.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas natscli browser
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -56,8 +56,25 @@ vet:
 	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
-test: vet deploy-check natscli
-	$(GO) test -race -count=1 -timeout 15m ./...
+test: vet deploy-check natscli browser
+	mkdir -p artifacts
+	AERIE_TEST_ARTIFACTS=$(CURDIR)/artifacts $(GO) test -race -count=1 -timeout 15m ./...
+
+# The live page's test (livepage/) drives a headless Chromium. As root with
+# apt-get, install Debian's chromium when no browser is found; otherwise,
+# or when that fails, the test says why it skips. Never fails the build.
+BROWSERS := chromium chromium-browser google-chrome google-chrome-stable
+
+browser:
+	@for b in $(BROWSERS); do command -v $$b >/dev/null 2>&1 && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the live page's test"; \
+		(apt-get install -y chromium >/dev/null 2>&1 || \
+		 (apt-get update >/dev/null 2>&1 && apt-get install -y chromium >/dev/null 2>&1)) || \
+		echo "could not install chromium: the live page's browser test will skip"; \
+	else \
+		echo "no chromium and no way to install it: the live page's browser test will skip"; \
+	fi; true
 
 # The nats CLI that cmd/aerie's test runs the README's inspection commands
 # with, in bin/tools. Without the module proxy it is not installed and

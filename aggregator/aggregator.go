@@ -254,7 +254,7 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 		if err := json.Unmarshal(line, &l); err != nil {
 			return err
 		}
-		a.est.Restore(l.answer(a.turnsAll))
+		a.est.Restore(a.observed(l.answer(a.turnsAll)))
 		return nil
 	})
 	if err != nil {
@@ -308,6 +308,9 @@ func (a *Aggregator) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	a.est.Heartbeat(hb)
+	if a.cfg.Observer != nil {
+		a.cfg.Observer.Heartbeat(hb)
+	}
 	a.last.Lock()
 	defer a.last.Unlock()
 	if a.paused == nil {
@@ -318,4 +321,12 @@ func (a *Aggregator) onHeartbeat(m *nats.Msg) {
 	} else {
 		delete(a.paused, hb.Worker)
 	}
+}
+
+// observed shows a line's answer to the Observer, if any, and returns it.
+func (a *Aggregator) observed(ans throughput.Answer) throughput.Answer {
+	if a.cfg.Observer != nil {
+		a.cfg.Observer.Answer(ans)
+	}
+	return ans
 }

@@ -60,6 +60,9 @@ type Config struct {
 	// metrics (aerie_run_*, aerie_aggregator_*, aerie_data_dir_*,
 	// labelled with the run); nil means none are kept.
 	Metrics prometheus.Registerer
+	// Observer, if set, sees events, heartbeats and answers (see
+	// Observer); nil means none does.
+	Observer Observer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }

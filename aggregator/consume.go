@@ -138,7 +138,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 		if a.failed.final(keys[i]) {
 			a.est.Reopened(a.failed.markCompleted(keys[i]))
 		}
-		a.est.Completed(now, resultHead(r).answer(a.turnsAll))
+		a.est.Completed(now, a.observed(resultHead(r).answer(a.turnsAll)))
 	}
 	a.kickIfComplete()
 	a.mu.Unlock()

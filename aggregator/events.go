@@ -85,6 +85,9 @@ func (a *Aggregator) emit(s schema.Throughput) {
 	if a.cfg.OnEvent != nil {
 		a.cfg.OnEvent(s)
 	}
+	if a.cfg.Observer != nil {
+		a.cfg.Observer.Event(s)
+	}
 	if s.Phase == schema.PhaseDone {
 		a.doneOnce.Do(func() { close(a.done) })
 	}

@@ -83,7 +83,9 @@ type Config struct {
 	Progress io.Writer
 	// OnEvent sees every throughput event (the live display).
 	OnEvent func(schema.Throughput)
-	Logger  *slog.Logger
+	// Observer, if set, sees what the aggregator sees (the live page).
+	Observer aggregator.Observer
+	Logger   *slog.Logger
 }
 
 // Summary is what a run did.
@@ -204,7 +206,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stopAgg()
 	agg, err := aggregator.New(aggregator.Config{
 		Run: cfg.Run, DataDir: cfg.DataDir, EventInterval: cfg.EventInterval,
-		ExitWhenDone: true, OnEvent: cfg.OnEvent, Logger: log, Metrics: registerer(reg),
+		ExitWhenDone: true, OnEvent: cfg.OnEvent, Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
 	}, js)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
 	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run has its final outcome written (a replayed prompt's new one included)")
+	httpListen := addHTTPListenFlag(fs)
 	leaseWait := fs.Duration("lease-wait", aggregator.DefaultLeaseWait, "when another aggregator writes the run, how long to wait for it to stop before giving up (exit status 3); one that died frees the run within 30s")
 	metricsListen := addMetricsFlag(fs)
 	log, err := parseRunFlags(fs, lf, args, run)
@@ -30,7 +31,12 @@ func cmdAggregate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Metrics: reg, Logger: log}, js)
+	page, _, stopPage, err := startLivePage(*httpListen, *run, log)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
+	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Observer: page, Metrics: reg, Logger: log}, js)
 	if err != nil {
 		return err
 	}

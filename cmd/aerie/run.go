@@ -28,6 +28,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
 	metricsListen := addMetricsFlag(fs)
+	httpListen := addHTTPListenFlag(fs)
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name (default: the simulator's, or the backend's only model)")
 	var policy schema.Policy
@@ -80,6 +81,14 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	page, pageURL, stopPage, err := startLivePage(*httpListen, *run, log)
+	if err != nil {
+		return err
+	}
+	defer stopPage()
+	if page != nil && logOut != os.Stderr {
+		fmt.Fprintf(os.Stderr, "aerie run %s: live page at %s\n", *run, pageURL)
+	}
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
 		Backend: bf.url, APIKey: key, Sim: *sim,
@@ -88,7 +97,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Workers: *workers, Window: *window, Grace: *grace, NATSListen: *listen,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip,
-		Progress: progress, OnEvent: display.Event, Logger: log,
+		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
