@@ -1,0 +1,267 @@
+package throughput
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+)
+
+// The ETA study (docs/eta.md): the simulator's own engine, with its
+// default calibration (the reference run: Kimi-K2.5, about 1,000-token
+// prompts, 200 concurrent requests), run in simulated time by a closed
+// loop of clients shaped like one aerie worker, feeds the real Estimator
+// with heartbeats and completions as a worker and the aggregator would;
+// the ETA and its band are compared with the time the run really took.
+
+// studyCheckpoints are the shares of the run's true length at which the
+// ETA is judged.
+var studyCheckpoints = []float64{0.01, 0.02, 0.05, 0.10, 0.25, 0.50}
+
+// studyRun is one run of the study.
+type studyRun struct {
+	prompts   int
+	clients   int           // one worker's window
+	seed      int64         // the simulator's: changes every answer's length
+	heartbeat time.Duration // worker heartbeat interval
+	every     time.Duration // aggregator event interval
+}
+
+func defaultStudyRun(prompts int, seed int64) studyRun {
+	return studyRun{prompts: prompts, clients: 200, seed: seed, heartbeat: 2 * time.Second, every: 5 * time.Second}
+}
+
+// studySnap is one throughput event of a study run.
+type studySnap struct {
+	t    float64 // seconds since the start
+	snap schema.Throughput
+}
+
+// studyResult is a whole study run.
+type studyResult struct {
+	snaps []studySnap
+	end   float64 // seconds: when the last answer finished
+}
+
+// studyPrompt is prompt i: distinct text of about 1,000 tokens, the
+// prompt size the simulator's calibration assumes.
+func studyPrompt(i int) []simulator.Message {
+	head := fmt.Sprintf("prompt %d: ", i)
+	return []simulator.Message{{Role: "user", Content: head + strings.Repeat("x", 3960-len(head))}}
+}
+
+// playStudy runs r through the simulator's engine in simulated time and
+// an Estimator fed as the aggregator feeds it.
+func playStudy(t testing.TB, r studyRun) studyResult {
+	t.Helper()
+	v, err := simulator.NewVirtual(simulator.Config{Seed: r.seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := New(Config{Run: "study", Total: r.prompts}, simEpoch)
+	active := map[int]*simulator.VirtualRequest{}
+	next, done := 0, 0
+	var streamed int64 // tokens of finished requests
+	var end time.Duration
+	submit := func() {
+		if next >= r.prompts {
+			return
+		}
+		req, err := v.Submit(next, studyPrompt(next), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		active[next] = req
+		next++
+	}
+	v.OnFinish = func(req *simulator.VirtualRequest) {
+		delete(active, req.ID)
+		streamed += int64(req.Length())
+		done++
+		end = req.Finished
+		est.Completed(simEpoch.Add(req.Finished), Single(req.Length(), req.Truncated()))
+		submit()
+	}
+	for range r.clients {
+		submit()
+	}
+	var res studyResult
+	hb, ev := r.heartbeat, r.every
+	for done < r.prompts {
+		at := min(hb, ev)
+		v.AdvanceTo(at)
+		if at == hb {
+			h := schema.Heartbeat{Run: "study", Worker: "w0", Time: simEpoch.Add(at), Window: r.clients, InFlight: len(active)}
+			tokens := streamed
+			for _, id := range slices.Sorted(mapsKeys(active)) {
+				c := active[id].Tokens()
+				tokens += int64(c)
+				h.InFlightTokens = append(h.InFlightTokens, c)
+			}
+			h.TokensStreamed = tokens
+			est.Heartbeat(h)
+			hb += r.heartbeat
+		}
+		if at == ev {
+			res.snaps = append(res.snaps, studySnap{t: at.Seconds(), snap: est.Snapshot(simEpoch.Add(at))})
+			ev += r.every
+		}
+		if at > 48*time.Hour {
+			t.Fatalf("run did not finish: %d of %d done", done, r.prompts)
+		}
+	}
+	res.end = end.Seconds()
+	res.snaps = append(res.snaps, studySnap{t: res.end, snap: est.Snapshot(simEpoch.Add(end))})
+	return res
+}
+
+func mapsKeys(m map[int]*simulator.VirtualRequest) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// studyPoint is the ETA at one checkpoint of one run.
+type studyPoint struct {
+	t, truth        float64 // seconds since start; true remaining
+	eta, low, high  float64
+	completed       int
+	covered, hasETA bool
+}
+
+// err is the ETA's relative error: (ETA − truth) / truth.
+func (p studyPoint) err() float64 { return p.eta/p.truth - 1 }
+
+// checkpoint returns the ETA of the last event at or before share of the
+// run's true length.
+func (r studyResult) checkpoint(share float64) studyPoint {
+	at := share * r.end
+	s := r.snaps[0]
+	for _, x := range r.snaps {
+		if x.t > at {
+			break
+		}
+		s = x
+	}
+	p := studyPoint{t: s.t, truth: r.end - s.t, eta: s.snap.ETASec, low: s.snap.ETALowSec, high: s.snap.ETAHighSec, completed: s.snap.Completed}
+	p.hasETA = p.eta >= 0
+	p.covered = p.hasETA && p.low <= p.truth && p.truth <= p.high
+	return p
+}
+
+// studyTable is the study's result over seeds: per checkpoint, the errors
+// and the band's coverage.
+type studyTable struct {
+	prompts int
+	seeds   []int64
+	ends    []float64
+	points  [][]studyPoint // [checkpoint][seed]
+}
+
+func runStudy(t *testing.T, prompts int, seeds []int64) studyTable {
+	t.Helper()
+	tab := studyTable{prompts: prompts, seeds: seeds, points: make([][]studyPoint, len(studyCheckpoints))}
+	results := make([]studyResult, len(seeds))
+	for i, seed := range seeds {
+		results[i] = playStudy(t, defaultStudyRun(prompts, seed))
+	}
+	for _, res := range results {
+		tab.ends = append(tab.ends, res.end)
+		for k, share := range studyCheckpoints {
+			tab.points[k] = append(tab.points[k], res.checkpoint(share))
+		}
+	}
+	return tab
+}
+
+// row summarises checkpoint k: median and worst error, coverage.
+func (tab studyTable) row(k int) (median, worst float64, covered, n int) {
+	var errs []float64
+	for _, p := range tab.points[k] {
+		if !p.hasETA {
+			worst = math.Inf(1)
+			continue
+		}
+		errs = append(errs, p.err())
+		if math.Abs(p.err()) > math.Abs(worst) {
+			worst = p.err()
+		}
+		if p.covered {
+			covered++
+		}
+	}
+	n = len(tab.points[k])
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		median = errs[len(errs)/2]
+		if len(errs)%2 == 0 {
+			median = (errs[len(errs)/2-1] + errs[len(errs)/2]) / 2
+		}
+	}
+	return median, worst, covered, n
+}
+
+// format prints the table as docs/eta.md shows it.
+func (tab studyTable) format() string {
+	var b strings.Builder
+	mean := 0.0
+	for _, e := range tab.ends {
+		mean += e
+	}
+	mean /= float64(len(tab.ends))
+	fmt.Fprintf(&b, "%d prompts, %d seeds, runs of %.2f h on average\n\n", tab.prompts, len(tab.seeds), mean/3600)
+	fmt.Fprintf(&b, "| at | elapsed | done | error, median | error, worst | band covers truth | band width, median |\n|---|---|---|---|---|---|---|\n")
+	totalCov, totalN := 0, 0
+	for k, share := range studyCheckpoints {
+		med, worst, cov, n := tab.row(k)
+		totalCov += cov
+		totalN += n
+		var widths []float64
+		elapsed, completed := 0.0, 0
+		for _, p := range tab.points[k] {
+			elapsed += p.t / float64(n)
+			completed += p.completed
+			if p.hasETA {
+				widths = append(widths, (p.high-p.low)/p.truth)
+			}
+		}
+		slices.Sort(widths)
+		w := math.NaN()
+		if len(widths) > 0 {
+			w = widths[len(widths)/2]
+		}
+		fmt.Fprintf(&b, "| %g%% | %s | %d | %+.1f%% | %+.1f%% | %d of %d | %.0f%% |\n",
+			share*100, (time.Duration(elapsed) * time.Second).Round(time.Second), completed/n, med*100, worst*100, cov, n, w*100)
+	}
+	fmt.Fprintf(&b, "\nband coverage over all checkpoints: %d of %d (%.0f%%)\n", totalCov, totalN, 100*float64(totalCov)/float64(totalN))
+	return b.String()
+}
+
+// TestETAStudy is the full study (make eta-study): the reference run's
+// shape at its full 25,000 prompts, many seeds. It runs only when
+// AERIE_ETA_STUDY is set; AERIE_ETA_PROMPTS and AERIE_ETA_SEEDS change
+// the size.
+func TestETAStudy(t *testing.T) {
+	if os.Getenv("AERIE_ETA_STUDY") == "" {
+		t.Skip("set AERIE_ETA_STUDY=1 (make eta-study)")
+	}
+	prompts, seeds := 25000, 20
+	fmt.Sscan(os.Getenv("AERIE_ETA_PROMPTS"), &prompts)
+	fmt.Sscan(os.Getenv("AERIE_ETA_SEEDS"), &seeds)
+	var ss []int64
+	for i := range seeds {
+		ss = append(ss, int64(i+1))
+	}
+	tab := runStudy(t, prompts, ss)
+	t.Log("\n" + tab.format())
+}
