@@ -382,7 +382,9 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	if len(censored) > 0 {
 		longest = max(longest, censored[len(censored)-1])
 	}
-	out.ETASec = eta(etaInput{
+	band := eta(etaInput{
+		full:        windows,
+		finished:    e.requests,
 		phase:       out.Phase,
 		remaining:   e.cfg.Requests - doneRequests,
 		turns:       e.turnsPerLine(doneRequests, interim),
@@ -395,6 +397,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		decoding:    decoding,
 		longest:     longest,
 	})
+	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
 	return sanitize(out)
 }
 
@@ -468,8 +471,18 @@ func sanitize(t schema.Throughput) schema.Throughput {
 	fix(&t.MeanCompletionTokens)
 	fix(&t.EstimatedCompletionTokens)
 	fix(&t.ElapsedSec)
-	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) {
-		t.ETASec = -1
+	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) || t.ETASec < 0 {
+		t.ETASec, t.ETALowSec, t.ETAHighSec = -1, -1, -1
+	}
+	// The band holds the ETA, whatever rounding did.
+	if math.IsNaN(t.ETALowSec) || math.IsInf(t.ETALowSec, 0) || t.ETALowSec > t.ETASec {
+		t.ETALowSec = t.ETASec
+	}
+	if math.IsNaN(t.ETAHighSec) || math.IsInf(t.ETAHighSec, 0) || t.ETAHighSec < t.ETASec {
+		t.ETAHighSec = t.ETASec
+	}
+	if t.ETALowSec < 0 && t.ETASec >= 0 {
+		t.ETALowSec = 0
 	}
 	return t
 }

@@ -30,6 +30,12 @@ type etaInput struct {
 	// longestLine is the most tokens a written line took, over all its
 	// turns.
 	longestLine float64
+	// full is the number of requests the live workers hold when their
+	// windows are full: the batch of the steady state.
+	full int
+	// finished counts the requests written, the observations behind the
+	// length estimate.
+	finished int
 }
 
 // eta returns the estimated seconds to the end of the run: 0 when done,
@@ -95,28 +101,116 @@ type etaInput struct {
 // conversations this keeps the ETA within about a third of the truth
 // from a tenth of the run on, where counting lines was off by up to a
 // factor of four.
-func eta(in etaInput) float64 {
+// etaBand is an ETA with its band: the run should end between low and
+// high seconds from now in at least four runs out of five (docs/eta.md).
+// All three are -1 when there is no estimate.
+type etaBand struct {
+	eta, low, high float64
+}
+
+var noETA = etaBand{-1, -1, -1}
+
+// bandZ is the normal quantile of the band's statistical part: 1.645,
+// the 5th and 95th percentiles. The band's model part (the drain's
+// speed-up) is added on top, so the coverage aimed at is above the 80%
+// promised.
+const bandZ = 1.645
+
+func eta(in etaInput) etaBand {
 	if in.phase == schema.PhaseDone {
-		return 0
+		return etaBand{}
 	}
 	sv := in.lengths
 	rate := in.speed * float64(in.decoding)
 	if sv == nil || !(rate > 0) {
-		return -1
+		return noETA
 	}
 	mean := sv.mean()
 	if !(mean > 0) {
-		return -1
+		return noETA
 	}
 	remaining := max(in.remaining, 0)
 	unlisted := max(in.inFlight-len(in.censored), 0) // in flight, not reported: just started
 	held := max(in.inFlight, len(in.censored))
 	n := max(held, 1)
 	queued := max(remaining-held, 0)
+	if in.turns > 1 {
+		t := etaTurns(in, sv, rate, mean, unlisted, held, n, queued)
+		return etaBand{t, t, t}
+	}
+	full := float64(max(in.full, n))
+	model := func(share float64) decodeModel {
+		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share)
+	}
+	if queued == 0 {
+		// Draining: the run ends with the last of the requests in flight.
+		surv := inFlightSurv(sv, in.censored, unlisted)
+		maxSurv := maxSurvInFlight(sv, in.censored, unlisted)
+		hi := sv.farEnd()
+		top := lastFinish(sv, in.censored, unlisted)
+		return etaBand{
+			eta:  drainTime(surv, hi, held, top, model(defaultFixedShare)),
+			low:  drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
+			high: drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+		}
+	}
+	work := float64(queued+unlisted) * mean
+	for _, c := range in.censored {
+		work += sv.residual(c)
+	}
+	// The work is done at the full batch's rate until the last request
+	// is handed out; the n requests then in flight drain the batch.
+	last := sv.within(in.longest)
+	longest, one := longestOf(last, n)
+	surv := equilibriumSurv(last)
+	hi := last.farEnd()
+	maxSurv := maxSurvEquilibrium(last, n)
+	busy := work/rate - one/in.speed
+	spread := bandZ * workSpread(in, sv, mean, queued)
+	b := etaBand{
+		eta:  busy + drainTime(surv, hi, n, longest, model(defaultFixedShare)),
+		low:  busy*math.Exp(-spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
+		high: busy*math.Exp(spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+	}
+	if queued < n {
+		// Close to the end the requests in flight may outlast the rest.
+		d := eta(etaInput{phase: in.phase, remaining: held, inFlight: in.inFlight, censored: in.censored,
+			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full})
+		b = etaBand{max(b.eta, d.eta), max(b.low, d.low), max(b.high, d.high)}
+	}
+	return b
+}
+
+// workSpread returns the relative standard deviation of the time the
+// work before the drain takes, from the two things that make it
+// uncertain: the mean length, estimated from the answers finished so far
+// (its standard error, sd/√n, with the in-flight requests counted as
+// half an answer each, since they say only that an answer is longer than
+// something), and the sum of the lengths still to come, random even with
+// the mean known (sd·√queued). The rate is taken as known: it is
+// measured over minutes of thousands of tokens a second.
+func workSpread(in etaInput, sv *survival, mean float64, queued int) float64 {
+	second := 2 * integrate(grid(sv.farEnd()), sv.from) // E[L²] = 2∫ u P(L > u) du
+	variance := math.Max(second-mean*mean, 0)
+	nEff := float64(in.finished) + float64(len(in.censored))/2
+	if nEff < 1 {
+		nEff = 1
+	}
+	meanVar := variance / nEff / (mean * mean)
+	sumVar := 0.0
+	if queued > 0 {
+		sumVar = variance / float64(queued) / (mean * mean)
+	}
+	return math.Sqrt(meanVar + sumVar)
+}
+
+// etaTurns is the ETA of a run of conversations regenerated turn by turn
+// (see eta).
+func etaTurns(in etaInput, sv *survival, rate, mean float64, unlisted, held, n, queued int) float64 {
 	if queued == 0 {
 		return lastFinish(sv, in.censored, unlisted) / in.speed
 	}
-	if in.turns > 1 && in.queuedLines <= 0 {
+	if in.queuedLines <= 0 {
 		// Every conversation is handed out: the run ends with the last of
 		// them, each finishing its current turn and then its later ones.
 		later := cutAt{chainOf(sv.within(in.longest), float64(queued)/float64(n)), in.longestLine}
@@ -126,10 +220,7 @@ func eta(in etaInput) float64 {
 	for _, c := range in.censored {
 		work += sv.residual(c)
 	}
-	var last lengthDist = sv.within(in.longest)
-	if in.turns > 1 {
-		last = cutAt{chainOf(sv.within(in.longest), in.turns), in.longestLine}
-	}
+	last := cutAt{chainOf(sv.within(in.longest), in.turns), in.longestLine}
 	t := work/rate + drainPenalty(last, n)/in.speed
 	if queued < n {
 		t = max(t, lastFinish(sv, in.censored, unlisted)/in.speed)

@@ -47,6 +47,8 @@ type studySnap struct {
 type studyResult struct {
 	snaps []studySnap
 	end   float64 // seconds: when the last answer finished
+	// lastHandout is when the last prompt was sent.
+	lastHandout float64
 }
 
 // studyPrompt is prompt i: distinct text of about 1,000 tokens, the
@@ -59,6 +61,10 @@ func studyPrompt(i int) []simulator.Message {
 // playStudy runs r through the simulator's engine in simulated time and
 // an Estimator fed as the aggregator feeds it.
 func playStudy(t testing.TB, r studyRun) studyResult {
+	return playStudyTrace(t, r, nil)
+}
+
+func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 	t.Helper()
 	v, err := simulator.NewVirtual(simulator.Config{Seed: r.seed})
 	if err != nil {
@@ -69,6 +75,7 @@ func playStudy(t testing.TB, r studyRun) studyResult {
 	next, done := 0, 0
 	var streamed int64 // tokens of finished requests
 	var end time.Duration
+	var res studyResult
 	submit := func() {
 		if next >= r.prompts {
 			return
@@ -87,11 +94,13 @@ func playStudy(t testing.TB, r studyRun) studyResult {
 		end = req.Finished
 		est.Completed(simEpoch.Add(req.Finished), Single(req.Length(), req.Truncated()))
 		submit()
+		if next == r.prompts && res.lastHandout == 0 {
+			res.lastHandout = req.Finished.Seconds()
+		}
 	}
 	for range r.clients {
 		submit()
 	}
-	var res studyResult
 	hb, ev := r.heartbeat, r.every
 	for done < r.prompts {
 		at := min(hb, ev)
@@ -110,6 +119,9 @@ func playStudy(t testing.TB, r studyRun) studyResult {
 		}
 		if at == ev {
 			res.snaps = append(res.snaps, studySnap{t: at.Seconds(), snap: est.Snapshot(simEpoch.Add(at))})
+			if after != nil {
+				after()
+			}
 			ev += r.every
 		}
 		if at > 48*time.Hour {
@@ -264,4 +276,19 @@ func TestETAStudy(t *testing.T) {
 	}
 	tab := runStudy(t, prompts, ss)
 	t.Log("\n" + tab.format())
+}
+
+func TestETADiag(t *testing.T) {
+	if os.Getenv("AERIE_ETA_DIAG") == "" {
+		t.Skip()
+	}
+	var seed int64 = 1
+	fmt.Sscan(os.Getenv("AERIE_ETA_DIAG"), &seed)
+	res := playStudy(t, defaultStudyRun(25000, seed))
+	for _, share := range []float64{0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99} {
+		p := res.checkpoint(share)
+		t.Logf("%4.1f%% t=%6.0f truth=%6.0f eta=%6.0f (%+.3f) band %6.0f..%6.0f (%.2f..%.2f) %v",
+			share*100, p.t, p.truth, p.eta, p.err(), p.low, p.high, p.low/p.truth, p.high/p.truth, p.covered)
+	}
+	t.Logf("last handout %.0f end %.0f", res.lastHandout, res.end)
 }
