@@ -36,6 +36,26 @@ type etaInput struct {
 	// finished counts the requests written, the observations behind the
 	// length estimate.
 	finished int
+	// requests is the number of requests the whole run makes.
+	requests int
+}
+
+// runLongest returns the length the run's longest answer is expected to
+// reach: the longest seen so far, or the length only one answer in
+// requests exceeds, whichever is longer. Cutting the distribution at the
+// longest seen alone (see eta) left the drain a third short in the first
+// minutes, when few long answers have had time to finish; extrapolating
+// the tail without bound overstates it, putting lengths far beyond what
+// a run of this size produces. During ramp-up the tail rests mostly on
+// the prior and the lengths may be capped by a max_tokens no answer has
+// reached yet, so the caller cuts at the longest seen until the first
+// wave has turned over: extrapolating then put the ETA half again too
+// long one minute into a run whose answers stopped at max_tokens.
+func runLongest(sv *survival, seen float64, requests int) float64 {
+	if requests < 1 {
+		return seen
+	}
+	return max(seen, quantileOf(sv.at, sv.farEnd(), 1/float64(requests)))
 }
 
 // eta returns the estimated seconds to the end of the run: 0 when done,
@@ -160,7 +180,11 @@ func eta(in etaInput) etaBand {
 	}
 	// The work is done at the full batch's rate until the last request
 	// is handed out; the n requests then in flight drain the batch.
-	last := sv.within(in.longest)
+	bound := in.longest
+	if in.phase != schema.PhaseRampUp {
+		bound = runLongest(sv, in.longest, in.requests)
+	}
+	last := sv.within(bound)
 	longest, one := longestOf(last, n)
 	surv := equilibriumSurv(last)
 	hi := last.farEnd()

@@ -180,10 +180,19 @@ type studyTable struct {
 	points  [][]studyPoint // [checkpoint][seed]
 }
 
-func runStudy(t *testing.T, prompts int, seeds []int64) studyTable {
+func runStudy(t *testing.T, prompts int, seeds []int64) (tab studyTable) {
+	var results []studyResult
 	t.Helper()
-	tab := studyTable{prompts: prompts, seeds: seeds, points: make([][]studyPoint, len(studyCheckpoints))}
-	results := make([]studyResult, len(seeds))
+	tab = studyTable{prompts: prompts, seeds: seeds, points: make([][]studyPoint, len(studyCheckpoints))}
+	defer func() {
+		for i, res := range results {
+			if os.Getenv("AERIE_ETA_VERBOSE") != "" {
+				p := res.checkpoint(0.5)
+				t.Logf("seed %d drain %.0f implied est drain at 50%% %.0f", seeds[i], res.end-res.lastHandout, p.eta-(res.lastHandout-p.t))
+			}
+		}
+	}()
+	results = make([]studyResult, len(seeds))
 	for i, seed := range seeds {
 		results[i] = playStudy(t, defaultStudyRun(prompts, seed))
 	}
@@ -259,6 +268,25 @@ func (tab studyTable) format() string {
 	return b.String()
 }
 
+// perSeed lists every run's error at every checkpoint, a star marking
+// those outside the band.
+func (tab studyTable) perSeed() string {
+	var b strings.Builder
+	for i, seed := range tab.seeds {
+		fmt.Fprintf(&b, "seed %3d (%.2f h):", seed, tab.ends[i]/3600)
+		for k := range studyCheckpoints {
+			p := tab.points[k][i]
+			mark := " "
+			if !p.covered {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, " %+6.1f%%%s", p.err()*100, mark)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
 // TestETAStudy is the full study (make eta-study): the reference run's
 // shape at its full 25,000 prompts, many seeds. It runs only when
 // AERIE_ETA_STUDY is set; AERIE_ETA_PROMPTS and AERIE_ETA_SEEDS change
@@ -276,6 +304,9 @@ func TestETAStudy(t *testing.T) {
 	}
 	tab := runStudy(t, prompts, ss)
 	t.Log("\n" + tab.format())
+	if os.Getenv("AERIE_ETA_VERBOSE") != "" {
+		t.Log("\n" + tab.perSeed())
+	}
 }
 
 func TestETADiag(t *testing.T) {
