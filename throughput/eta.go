@@ -58,69 +58,6 @@ func runLongest(sv *survival, seen float64, requests int) float64 {
 	return max(seen, quantileOf(sv.at, sv.farEnd(), 1/float64(requests)))
 }
 
-// eta returns the estimated seconds to the end of the run: 0 when done,
-// -1 when there is no length estimate or no token rate yet.
-//
-// Work is counted in requests (turns): a conversation regenerated turn by
-// turn is as many requests as it has turns, and a worker holding one is
-// generating one of them. While requests are still waiting to be handed
-// out (including the later turns of conversations in flight), the run is
-// modelled as a batch that stays full until the last request is handed
-// out and then empties:
-//
-//	ETA = remaining tokens / token rate + drain
-//
-// Remaining tokens are the expected length of every request not yet started
-// plus, for each in-flight request, its expected remaining length given
-// how far it has got, E[L − c | L > c] (larger than mean − c: a request
-// that is already long is likely to be a long one). The token rate is the
-// per-request decode speed times the number of requests decoding now,
-// which equals TokensPerSec in steady state but, during ramp-up, is the
-// rate the full batch is about to reach rather than a minute's average of
-// a rate still climbing. With the batch full, this first term agrees with
-// remaining requests / RequestsPerSec up to the noise of counting
-// completions; it is the one reported because it is also right in the
-// first minutes, when counting completions is not.
-//
-// drain is what an average-rate view misses at the end: once nothing is
-// left to hand out, slots go idle one by one and the run ends with its
-// longest remaining answer, not when the average one would. With n
-// requests in flight when the last request goes out, their remaining
-// lengths are those seen at a random moment in a slot's life (density
-// P(L > r)/E[L]), so drain = (E[max of n of them] − E[one of them]) /
-// per-request speed. The longest of n depends on the far tail, which no
-// data shows until long answers have finished, so here the distribution
-// is cut at the longest length seen so far (finished or in flight) rather
-// than extrapolated: a fitted tail puts lengths far beyond any max_tokens
-// limit and overstated the drain by a factor of two or more in
-// simulation. Early in a run the drain is therefore underestimated (by
-// about a sixth of the remaining time in the synthetic run at one
-// minute), which shrinks as the longest answers appear; once an answer
-// has been truncated, its length is the max_tokens limit and bounds the
-// tail exactly.
-//
-// When nothing is left to hand out (draining) the ETA is the expected
-// longest remaining time among the requests in flight, each from its own
-// progress. Shortly before that, the larger of the two is reported.
-// Per-request decode speed is assumed constant; real servers decode
-// faster as the batch empties, so the last minutes err long.
-//
-// With conversations regenerated turn by turn, a slot is held by a
-// conversation for all its turns, one after another, so what ends the
-// run is the longest of the last conversations, not of the last
-// requests: the drain is then computed for conversations, each taken to
-// have the mean number of turns of the lines not yet finished (see
-// chainOf), cut at the most tokens a written line took. Once every
-// conversation is handed out, the ETA is the expected end of the last
-// one, each finishing its current turn and then its share of the turns
-// left (see chainFinish). The spread of turn counts between
-// conversations is left out: the mix still to come is not known, and
-// taking that of the lines written (the short conversations finish
-// first) overstated the drain in simulation. The prefill between turns
-// is left out too. In simulation with a mix of one- and five-turn
-// conversations this keeps the ETA within about a third of the truth
-// from a tenth of the run on, where counting lines was off by up to a
-// factor of four.
 // etaBand is an ETA with its band: the run should end between low and
 // high seconds from now in at least four runs out of five (docs/eta.md).
 // All three are -1 when there is no estimate.
@@ -136,6 +73,70 @@ var noETA = etaBand{-1, -1, -1}
 // promised.
 const bandZ = 1.645
 
+// eta returns the estimated seconds to the end of the run with its band:
+// 0 when done, -1 when there is no length estimate or no token rate yet.
+//
+// Work is counted in requests (turns): a conversation regenerated turn by
+// turn is as many requests as it has turns, and a worker holding one is
+// generating one of them. While requests are still waiting to be handed
+// out (including the later turns of conversations in flight), the run is
+// modelled as a batch that stays full until the last request is handed
+// out and then empties:
+//
+//	ETA = remaining tokens / token rate − E[R] / speed + drain
+//
+// Remaining tokens are the expected length of every request not yet started
+// plus, for each in-flight request, its expected remaining length given
+// how far it has got, E[L − c | L > c] (larger than mean − c: a request
+// that is already long is likely to be a long one). The token rate is the
+// per-request decode speed times the number of requests decoding now,
+// which equals TokensPerSec in steady state but, during ramp-up, is the
+// rate the full batch is about to reach rather than a minute's average of
+// a rate still climbing. It is the one reported because it is also right
+// in the first minutes, when counting completions is not.
+//
+// drain is what an average-rate view gets wrong at the end: once nothing
+// is left to hand out, slots go idle one by one and the run ends with its
+// longest remaining answer, not when the average one would; and the
+// requests left decode faster as the batch around them empties (see
+// defaultFixedShare and drainTime). With n requests in flight when the
+// last request goes out, their remaining lengths R are those seen at a
+// random moment in a slot's life (density P(L > r)/E[L]); the first term
+// counts the average of them at the full batch's speed, E[R]/speed,
+// which the drain replaces. The longest of n depends on the far tail, so
+// the distribution is cut at the longest answer the run is expected to
+// produce (see runLongest); once an answer has been truncated, its
+// length is the max_tokens limit and bounds the tail exactly.
+//
+// When nothing is left to hand out (draining) the ETA is the drain of the
+// requests in flight, each from its own progress. Shortly before that,
+// the larger of the two is reported.
+//
+// The band (etaBand) widens the time before the drain by the standard
+// error of the mean length and the randomness of the lengths still to
+// come (see workSpread), takes the drain's longest answer at the 5th and
+// 95th percentiles of the longest of n instead of its mean, and lets the
+// drain's speed-up range from none to that of a step a quarter fixed
+// (fixedShareLow, fixedShareHigh).
+//
+// With conversations regenerated turn by turn, a slot is held by a
+// conversation for all its turns, one after another, so what ends the
+// run is the longest of the last conversations, not of the last
+// requests: the drain is then computed for conversations, each taken to
+// have the mean number of turns of the lines not yet finished (see
+// chainOf), cut at the most tokens a written line took, at the measured
+// per-request speed throughout (no speed-up), and the band is the ETA
+// alone. Once every
+// conversation is handed out, the ETA is the expected end of the last
+// one, each finishing its current turn and then its share of the turns
+// left (see chainFinish). The spread of turn counts between
+// conversations is left out: the mix still to come is not known, and
+// taking that of the lines written (the short conversations finish
+// first) overstated the drain in simulation. The prefill between turns
+// is left out too. In simulation with a mix of one- and five-turn
+// conversations this keeps the ETA within about a third of the truth
+// from a tenth of the run on, where counting lines was off by up to a
+// factor of four.
 func eta(in etaInput) etaBand {
 	if in.phase == schema.PhaseDone {
 		return etaBand{}
