@@ -255,11 +255,11 @@ func runStudy(t *testing.T, prompts int, seeds []int64, sparse bool) (tab studyT
 		r.heartbeat = time.Duration(float64(r.heartbeat) * speed)
 		r.every = time.Duration(float64(r.every) * speed)
 		if sparse {
-			// Events every 5 s for the first ten minutes, then at the
+			// Events every 5 s for the first five minutes, then at the
 			// checkpoints only (the checkpoint picks the last event at or
 			// before its time, so at exactly its time here).
 			end := studyEnd(t, r)
-			r.dense = 10 * time.Minute
+			r.dense = 5 * time.Minute
 			for _, share := range studyCheckpoints {
 				r.sparse = append(r.sparse, time.Duration(share*float64(end)).Truncate(time.Millisecond))
 			}
