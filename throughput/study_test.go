@@ -209,7 +209,11 @@ func (p studyPoint) err() float64 { return p.eta/p.truth - 1 }
 // checkpoint returns the ETA of the last event at or before share of the
 // run's true length.
 func (r studyResult) checkpoint(share float64) studyPoint {
-	at := share * r.end
+	return r.pointAt(share * r.end)
+}
+
+// pointAt returns the ETA of the last event at or before at seconds.
+func (r studyResult) pointAt(at float64) studyPoint {
 	s := r.snaps[0]
 	for _, x := range r.snaps {
 		if x.t > at {
@@ -230,7 +234,12 @@ type studyTable struct {
 	seeds   []int64
 	ends    []float64
 	points  [][]studyPoint // [checkpoint][seed]
+	minutes [][]studyPoint // [minute-1][seed], the first minutes
 }
+
+// studyMinutes is how many of the first minutes the study reports on
+// one by one: the ramp-up, when ETAs used to mislead most.
+const studyMinutes = 5
 
 func runStudy(t *testing.T, prompts int, seeds []int64, sparse bool) (tab studyTable) {
 	var results []studyResult
@@ -271,14 +280,24 @@ func runStudy(t *testing.T, prompts int, seeds []int64, sparse bool) (tab studyT
 		for k, share := range studyCheckpoints {
 			tab.points[k] = append(tab.points[k], res.checkpoint(share))
 		}
+		tab.minutes = slices.Grow(tab.minutes, studyMinutes)[:studyMinutes]
+		for m := range studyMinutes {
+			tab.minutes[m] = append(tab.minutes[m], res.pointAt(float64(60*(m+1))))
+		}
 	}
 	return tab
 }
 
 // row summarises checkpoint k: median and worst error, coverage.
 func (tab studyTable) row(k int) (median, worst float64, covered, n int) {
+	return summarise(tab.points[k])
+}
+
+// summarise returns the median and worst error of points and how many
+// of them the band covers.
+func summarise(points []studyPoint) (median, worst float64, covered, n int) {
 	var errs []float64
-	for _, p := range tab.points[k] {
+	for _, p := range points {
 		if !p.hasETA {
 			worst = math.Inf(1)
 			continue
@@ -291,7 +310,7 @@ func (tab studyTable) row(k int) (median, worst float64, covered, n int) {
 			covered++
 		}
 	}
-	n = len(tab.points[k])
+	n = len(points)
 	if len(errs) > 0 {
 		slices.Sort(errs)
 		median = errs[len(errs)/2]
@@ -335,6 +354,17 @@ func (tab studyTable) format() string {
 			share*100, (time.Duration(elapsed) * time.Second).Round(time.Second), completed/n, med*100, worst*100, cov, n, w*100)
 	}
 	fmt.Fprintf(&b, "\nband coverage over all checkpoints: %d of %d (%.0f%%)\n", totalCov, totalN, 100*float64(totalCov)/float64(totalN))
+	if len(tab.minutes) > 0 {
+		fmt.Fprintf(&b, "\nthe first minutes:\n\n| at | done | error, median | error, worst | band covers truth |\n|---|---|---|---|---|\n")
+		for m, points := range tab.minutes {
+			med, worst, cov, n := summarise(points)
+			completed := 0
+			for _, p := range points {
+				completed += p.completed
+			}
+			fmt.Fprintf(&b, "| %d min | %d | %+.1f%% | %+.1f%% | %d of %d |\n", m+1, completed/n, med*100, worst*100, cov, n)
+		}
+	}
 	return b.String()
 }
 
@@ -381,21 +411,6 @@ func TestETAStudy(t *testing.T) {
 	if os.Getenv("AERIE_ETA_VERBOSE") != "" {
 		t.Log("\n" + tab.perSeed())
 	}
-}
-
-func TestETADiag(t *testing.T) {
-	if os.Getenv("AERIE_ETA_DIAG") == "" {
-		t.Skip()
-	}
-	var seed int64 = 1
-	fmt.Sscan(os.Getenv("AERIE_ETA_DIAG"), &seed)
-	res := playStudy(t, defaultStudyRun(25000, seed))
-	for _, share := range []float64{0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99} {
-		p := res.checkpoint(share)
-		t.Logf("%4.1f%% t=%6.0f truth=%6.0f eta=%6.0f (%+.3f) band %6.0f..%6.0f (%.2f..%.2f) %v",
-			share*100, p.t, p.truth, p.eta, p.err(), p.low, p.high, p.low/p.truth, p.high/p.truth, p.covered)
-	}
-	t.Logf("last handout %.0f end %.0f", res.lastHandout, res.end)
 }
 
 // TestETAAccuracy is the bounded study run by make test: three seeds of
