@@ -445,3 +445,36 @@ func TestETAAccuracy(t *testing.T) {
 		t.Errorf("the band holds the true finish at %d of %d checkpoints, want at least 80%%", covered, n)
 	}
 }
+
+// TestBandShape checks the band's contract on every event of a synthetic
+// run: -1 with the ETA while there is none, the ETA itself once done,
+// otherwise 0 <= low <= ETA <= high.
+func TestBandShape(t *testing.T) {
+	cfg := defaultSim()
+	cfg.prompts = 1000
+	res := runSim(cfg)
+	widened := 0
+	for _, row := range res.rows {
+		s := row.snap
+		switch {
+		case s.ETASec < 0:
+			if s.ETALowSec != -1 || s.ETAHighSec != -1 || s.ETASec != -1 {
+				t.Fatalf("at %.0f s: no ETA, but band %v..%v (ETA %v)", row.t, s.ETALowSec, s.ETAHighSec, s.ETASec)
+			}
+		case s.Phase == schema.PhaseDone:
+			if s.ETASec != 0 || s.ETALowSec != 0 || s.ETAHighSec != 0 {
+				t.Fatalf("done, but ETA %v, band %v..%v", s.ETASec, s.ETALowSec, s.ETAHighSec)
+			}
+		default:
+			if !(0 <= s.ETALowSec && s.ETALowSec <= s.ETASec && s.ETASec <= s.ETAHighSec) {
+				t.Fatalf("at %.0f s (%s): band %v..%v does not hold ETA %v", row.t, s.Phase, s.ETALowSec, s.ETAHighSec, s.ETASec)
+			}
+			if s.ETAHighSec > s.ETALowSec {
+				widened++
+			}
+		}
+	}
+	if widened == 0 {
+		t.Error("the band is never wider than the ETA itself")
+	}
+}
