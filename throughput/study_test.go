@@ -321,6 +321,20 @@ func summarise(points []studyPoint) (median, worst float64, covered, n int) {
 	return median, worst, covered, n
 }
 
+// worstText shows the worst error, or how many runs had no ETA yet.
+func worstText(worst float64, points []studyPoint) string {
+	if !math.IsInf(worst, 0) {
+		return fmt.Sprintf("%+.1f%%", worst*100)
+	}
+	none := 0
+	for _, p := range points {
+		if !p.hasETA {
+			none++
+		}
+	}
+	return fmt.Sprintf("no ETA yet in %d", none)
+}
+
 // format prints the table as docs/eta.md shows it.
 func (tab studyTable) format() string {
 	var b strings.Builder
@@ -350,8 +364,8 @@ func (tab studyTable) format() string {
 		if len(widths) > 0 {
 			w = widths[len(widths)/2]
 		}
-		fmt.Fprintf(&b, "| %g%% | %s | %d | %+.1f%% | %+.1f%% | %d of %d | %.0f%% |\n",
-			share*100, (time.Duration(elapsed) * time.Second).Round(time.Second), completed/n, med*100, worst*100, cov, n, w*100)
+		fmt.Fprintf(&b, "| %g%% | %s | %d | %+.1f%% | %s | %d of %d | %.0f%% |\n",
+			share*100, (time.Duration(elapsed) * time.Second).Round(time.Second), completed/n, med*100, worstText(worst, tab.points[k]), cov, n, w*100)
 	}
 	fmt.Fprintf(&b, "\nband coverage over all checkpoints: %d of %d (%.0f%%)\n", totalCov, totalN, 100*float64(totalCov)/float64(totalN))
 	if len(tab.minutes) > 0 {
@@ -362,7 +376,7 @@ func (tab studyTable) format() string {
 			for _, p := range points {
 				completed += p.completed
 			}
-			fmt.Fprintf(&b, "| %d min | %d | %+.1f%% | %+.1f%% | %d of %d |\n", m+1, completed/n, med*100, worst*100, cov, n)
+			fmt.Fprintf(&b, "| %d min | %d | %+.1f%% | %s | %d of %d |\n", m+1, completed/n, med*100, worstText(worst, points), cov, n)
 		}
 	}
 	return b.String()
