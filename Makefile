@@ -27,7 +27,7 @@ DATA     ?= ./data
 # FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas natscli browser
+.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas natscli browser eta-study
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -93,6 +93,16 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAny$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./inspect/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
+
+# The ETA study (docs/eta.md): the simulator's engine in simulated time,
+# at the reference run's shape and full size (25,000 prompts, 200 at a
+# time), over ETA_SEEDS seeds; prints the ETA's error and its band's
+# coverage at 1% to 50% of each run. `make test` runs a bounded version.
+ETA_SEEDS   ?= 20
+ETA_PROMPTS ?= 25000
+
+eta-study:
+	AERIE_ETA_STUDY=1 AERIE_ETA_SEEDS=$(ETA_SEEDS) AERIE_ETA_PROMPTS=$(ETA_PROMPTS) $(GO) test -count=1 -v -timeout 60m -run '^TestETAStudy$$' ./throughput/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pipeline/ ./producer/

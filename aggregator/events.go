@@ -69,6 +69,7 @@ func (a *Aggregator) emit(s schema.Throughput) {
 		"tok_per_s", round(s.TokensPerSec, 0), "tok_per_s_overall", round(s.TokensPerSecOverall, 0),
 		"mean_tokens", round(s.MeanCompletionTokens, 0), "est_tokens", round(s.EstimatedCompletionTokens, 0),
 		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec),
+		"eta_low", ETA(s.ETALowSec), "eta_high", ETA(s.ETAHighSec),
 	}
 	if s.TotalTurns > 0 { // --turns all: the ETA counts turns
 		args = append(args, "turns_completed", s.CompletedTurns, "turns_total", s.TotalTurns)

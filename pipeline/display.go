@@ -43,7 +43,7 @@ func (d *Display) Event(s schema.Throughput) {
 		return
 	}
 	desc := fmt.Sprintf("%-8s %5.2f req/s %6.0f tok/s  in flight %d  failed %d  ETA %s",
-		s.Phase, s.RequestsPerSec, s.TokensPerSec, s.InFlight, s.Failed, aggregator.ETA(s.ETASec))
+		s.Phase, s.RequestsPerSec, s.TokensPerSec, s.InFlight, s.Failed, etaWithBand(s))
 	if d.bar == nil {
 		d.bar = progressbar.NewOptions(s.Total,
 			progressbar.OptionSetWriter(d.w),
@@ -56,6 +56,16 @@ func (d *Display) Event(s schema.Throughput) {
 	}
 	d.bar.Describe(desc)
 	_ = d.bar.Set(s.Completed + s.Failed)
+}
+
+// etaWithBand formats the ETA with its band, "1h10m0s (1h2m0s to
+// 1h21m0s)", or the ETA alone when it has no band (unknown, or done).
+func etaWithBand(s schema.Throughput) string {
+	eta := aggregator.ETA(s.ETASec)
+	if s.ETASec < 0 || s.ETALowSec < 0 || s.ETAHighSec <= s.ETALowSec {
+		return eta
+	}
+	return fmt.Sprintf("%s (%s to %s)", eta, aggregator.ETA(s.ETALowSec), aggregator.ETA(s.ETAHighSec))
 }
 
 // Close finishes the bar so that what follows starts on a clean line.

@@ -35,6 +35,10 @@ type sequence struct {
 	base        int64         // engine step count at which this had 0 tokens
 	heapIndex   int           // position in the decoding heap
 
+	// owner is the request of a Virtual engine this sequence stands for;
+	// nil in a server.
+	owner *VirtualRequest
+
 	// tokens is how many tokens have been generated, as last published
 	// by the engine. It only grows; it reaches answer.tokens when done
 	// closes without err.

@@ -52,6 +52,14 @@ const (
 // speed of the batch changes with its size: five heartbeat intervals.
 const recentSpan = 10 * time.Second
 
+// speedSpan is the span over which per-request decode speed is measured
+// for the ETA once the first wave has turned over. Prompts arrive at
+// random and their prefill slows every step it falls in, so one minute's
+// speed wanders by a few percent around the run's; five minutes halve
+// that, while a lasting change of speed (a server lost) still shows in
+// full within five minutes.
+const speedSpan = 5 * time.Minute
+
 // minExact is how many answers must have finished untruncated before the
 // length distribution (and so the ETA) is estimated. Fewer than ten short
 // answers say almost nothing about the shape of the rest.
@@ -164,7 +172,8 @@ type Estimator struct {
 	fit    lognormal // last tail fit, the next fit's starting point
 	fitted bool
 
-	steady bool // the first wave has turned over; never reset
+	steady      bool      // the first wave has turned over; never reset
+	steadySince time.Time // when steady was first seen
 }
 
 // New returns an Estimator for a run started (as far as this process is
@@ -263,13 +272,13 @@ func (e *Estimator) Heartbeat(hb schema.Heartbeat) {
 		w = &worker{}
 		e.workers[hb.Worker] = w
 	}
-	w.observe(hb, max(e.cfg.Window, recentSpan))
+	w.observe(hb, max(e.cfg.Window, speedSpan))
 }
 
 // live returns the workers heard from within StaleAfter of now, and
 // forgets workers silent for much longer than any rate looks back.
 func (e *Estimator) live(now time.Time) []*worker {
-	forget := 2*max(e.cfg.Window, e.cfg.StaleAfter) + recentSpan
+	forget := 2*max(e.cfg.Window, e.cfg.StaleAfter) + speedSpan
 	var out []*worker
 	for name, w := range e.workers {
 		silent := now.Sub(w.lastHeard)
@@ -364,7 +373,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		out.TotalTurns, out.CompletedTurns = e.cfg.Requests, doneRequests
 	}
 
-	out.Phase = e.phase(inFlight, windows, interim)
+	out.Phase = e.phase(now, inFlight, windows, interim)
 
 	sv := e.survival(censored)
 	if sv != nil {
@@ -372,17 +381,31 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	}
 
 	// Per-request decode speed: during ramp-up the batch is still filling
-	// and the last few heartbeats show its speed best; afterwards the
-	// window's average is as current and less noisy.
-	speed := window.speed()
-	if out.Phase == schema.PhaseRampUp {
+	// and the last few heartbeats show its speed best; while draining the
+	// batch empties and speeds up, and the same holds. In steady state the
+	// speed is measured over speedSpan, but not over the ramp-up before
+	// it, whose prefill-bound steps are slower (at least the window,
+	// which is what the rates use).
+	var speed float64
+	switch out.Phase {
+	case schema.PhaseRampUp, schema.PhaseDraining:
 		speed = recent.speed()
+	default:
+		span := min(speedSpan, max(now.Sub(e.steadySince), e.cfg.Window))
+		var long spanStats
+		for _, w := range live {
+			long.add(w.over(span))
+		}
+		speed = long.speed()
 	}
 	longest := float64(e.longest)
 	if len(censored) > 0 {
 		longest = max(longest, censored[len(censored)-1])
 	}
-	out.ETASec = eta(etaInput{
+	band := eta(etaInput{
+		full:        windows,
+		finished:    e.requests,
+		requests:    e.cfg.Requests,
 		phase:       out.Phase,
 		remaining:   e.cfg.Requests - doneRequests,
 		turns:       e.turnsPerLine(doneRequests, interim),
@@ -395,6 +418,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		decoding:    decoding,
 		longest:     longest,
 	})
+	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
 	return sanitize(out)
 }
 
@@ -468,8 +492,18 @@ func sanitize(t schema.Throughput) schema.Throughput {
 	fix(&t.MeanCompletionTokens)
 	fix(&t.EstimatedCompletionTokens)
 	fix(&t.ElapsedSec)
-	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) {
-		t.ETASec = -1
+	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) || t.ETASec < 0 {
+		t.ETASec, t.ETALowSec, t.ETAHighSec = -1, -1, -1
+	}
+	// The band holds the ETA, whatever rounding did.
+	if math.IsNaN(t.ETALowSec) || math.IsInf(t.ETALowSec, 0) || t.ETALowSec > t.ETASec {
+		t.ETALowSec = t.ETASec
+	}
+	if math.IsNaN(t.ETAHighSec) || math.IsInf(t.ETAHighSec, 0) || t.ETAHighSec < t.ETASec {
+		t.ETAHighSec = t.ETASec
+	}
+	if t.ETALowSec < 0 && t.ETASec >= 0 {
+		t.ETALowSec = 0
 	}
 	return t
 }

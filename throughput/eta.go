@@ -30,10 +30,52 @@ type etaInput struct {
 	// longestLine is the most tokens a written line took, over all its
 	// turns.
 	longestLine float64
+	// full is the number of requests the live workers hold when their
+	// windows are full: the batch of the steady state.
+	full int
+	// finished counts the requests written, the observations behind the
+	// length estimate.
+	finished int
+	// requests is the number of requests the whole run makes.
+	requests int
 }
 
-// eta returns the estimated seconds to the end of the run: 0 when done,
-// -1 when there is no length estimate or no token rate yet.
+// runLongest returns the length the run's longest answer is expected to
+// reach: the longest seen so far, or the length only one answer in
+// requests exceeds, whichever is longer. Cutting the distribution at the
+// longest seen alone left the drain short in the first minutes, when few
+// long answers have had time to finish (the ETA's median error at 2% and
+// 5% of the reference run was about −3%, 0% with this); extrapolating
+// the tail without bound overstates it, putting lengths far beyond what
+// a run of this size produces. During ramp-up the tail rests mostly on
+// the prior and the lengths may be capped by a max_tokens no answer has
+// reached yet, so the caller cuts at the longest seen until the first
+// wave has turned over: extrapolating then put the ETA half again too
+// long one minute into a run whose answers stopped at max_tokens.
+func runLongest(sv *survival, seen float64, requests int) float64 {
+	if requests < 1 {
+		return seen
+	}
+	return max(seen, quantileOf(sv.at, sv.farEnd(), 1/float64(requests)))
+}
+
+// etaBand is an ETA with its band: the run should end between low and
+// high seconds from now in at least four runs out of five (docs/eta.md).
+// All three are -1 when there is no estimate.
+type etaBand struct {
+	eta, low, high float64
+}
+
+var noETA = etaBand{-1, -1, -1}
+
+// bandZ is the normal quantile of the band's statistical part: 1.645,
+// the 5th and 95th percentiles. The band's model part (the drain's
+// speed-up) is added on top, so the coverage aimed at is above the 80%
+// promised.
+const bandZ = 1.645
+
+// eta returns the estimated seconds to the end of the run with its band:
+// 0 when done, -1 when there is no length estimate or no token rate yet.
 //
 // Work is counted in requests (turns): a conversation regenerated turn by
 // turn is as many requests as it has turns, and a worker holding one is
@@ -42,7 +84,7 @@ type etaInput struct {
 // modelled as a batch that stays full until the last request is handed
 // out and then empties:
 //
-//	ETA = remaining tokens / token rate + drain
+//	ETA = remaining tokens / token rate − E[R] / speed + drain
 //
 // Remaining tokens are the expected length of every request not yet started
 // plus, for each in-flight request, its expected remaining length given
@@ -51,40 +93,41 @@ type etaInput struct {
 // per-request decode speed times the number of requests decoding now,
 // which equals TokensPerSec in steady state but, during ramp-up, is the
 // rate the full batch is about to reach rather than a minute's average of
-// a rate still climbing. With the batch full, this first term agrees with
-// remaining requests / RequestsPerSec up to the noise of counting
-// completions; it is the one reported because it is also right in the
-// first minutes, when counting completions is not.
+// a rate still climbing. It is the one reported because it is also right
+// in the first minutes, when counting completions is not.
 //
-// drain is what an average-rate view misses at the end: once nothing is
-// left to hand out, slots go idle one by one and the run ends with its
-// longest remaining answer, not when the average one would. With n
-// requests in flight when the last request goes out, their remaining
-// lengths are those seen at a random moment in a slot's life (density
-// P(L > r)/E[L]), so drain = (E[max of n of them] − E[one of them]) /
-// per-request speed. The longest of n depends on the far tail, which no
-// data shows until long answers have finished, so here the distribution
-// is cut at the longest length seen so far (finished or in flight) rather
-// than extrapolated: a fitted tail puts lengths far beyond any max_tokens
-// limit and overstated the drain by a factor of two or more in
-// simulation. Early in a run the drain is therefore underestimated (by
-// about a sixth of the remaining time in the synthetic run at one
-// minute), which shrinks as the longest answers appear; once an answer
-// has been truncated, its length is the max_tokens limit and bounds the
-// tail exactly.
+// drain is what an average-rate view gets wrong at the end: once nothing
+// is left to hand out, slots go idle one by one and the run ends with its
+// longest remaining answer, not when the average one would; and the
+// requests left decode faster as the batch around them empties (see
+// defaultFixedShare and drainTime). With n requests in flight when the
+// last request goes out, their remaining lengths R are those seen at a
+// random moment in a slot's life (density P(L > r)/E[L]); the first term
+// counts the average of them at the full batch's speed, E[R]/speed,
+// which the drain replaces. The longest of n depends on the far tail, so
+// the distribution is cut at the longest answer the run is expected to
+// produce (see runLongest); once an answer has been truncated, its
+// length is the max_tokens limit and bounds the tail exactly.
 //
-// When nothing is left to hand out (draining) the ETA is the expected
-// longest remaining time among the requests in flight, each from its own
-// progress. Shortly before that, the larger of the two is reported.
-// Per-request decode speed is assumed constant; real servers decode
-// faster as the batch empties, so the last minutes err long.
+// When nothing is left to hand out (draining) the ETA is the drain of the
+// requests in flight, each from its own progress. Shortly before that,
+// the larger of the two is reported.
+//
+// The band (etaBand) widens the time before the drain by the standard
+// error of the mean length and the randomness of the lengths still to
+// come (see workSpread), takes the drain's longest answer at the 5th and
+// 95th percentiles of the longest of n instead of its mean, and lets the
+// drain's speed-up range from none to that of a step a quarter fixed
+// (fixedShareLow, fixedShareHigh).
 //
 // With conversations regenerated turn by turn, a slot is held by a
 // conversation for all its turns, one after another, so what ends the
 // run is the longest of the last conversations, not of the last
 // requests: the drain is then computed for conversations, each taken to
 // have the mean number of turns of the lines not yet finished (see
-// chainOf), cut at the most tokens a written line took. Once every
+// chainOf), cut at the most tokens a written line took, at the measured
+// per-request speed throughout (no speed-up), and the band is the ETA
+// alone. Once every
 // conversation is handed out, the ETA is the expected end of the last
 // one, each finishing its current turn and then its share of the turns
 // left (see chainFinish). The spread of turn counts between
@@ -95,28 +138,105 @@ type etaInput struct {
 // conversations this keeps the ETA within about a third of the truth
 // from a tenth of the run on, where counting lines was off by up to a
 // factor of four.
-func eta(in etaInput) float64 {
+func eta(in etaInput) etaBand {
 	if in.phase == schema.PhaseDone {
-		return 0
+		return etaBand{}
 	}
 	sv := in.lengths
 	rate := in.speed * float64(in.decoding)
 	if sv == nil || !(rate > 0) {
-		return -1
+		return noETA
 	}
 	mean := sv.mean()
 	if !(mean > 0) {
-		return -1
+		return noETA
 	}
 	remaining := max(in.remaining, 0)
 	unlisted := max(in.inFlight-len(in.censored), 0) // in flight, not reported: just started
 	held := max(in.inFlight, len(in.censored))
 	n := max(held, 1)
 	queued := max(remaining-held, 0)
+	if in.turns > 1 {
+		t := etaTurns(in, sv, rate, mean, unlisted, held, n, queued)
+		return etaBand{t, t, t}
+	}
+	full := float64(max(in.full, n))
+	model := func(share float64) decodeModel {
+		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share)
+	}
+	if queued == 0 {
+		// Draining: the run ends with the last of the requests in flight.
+		surv := inFlightSurv(sv, in.censored, unlisted)
+		maxSurv := maxSurvInFlight(sv, in.censored, unlisted)
+		hi := sv.farEnd()
+		top := lastFinish(sv, in.censored, unlisted)
+		return etaBand{
+			eta:  drainTime(surv, hi, held, top, model(defaultFixedShare)),
+			low:  drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
+			high: drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+		}
+	}
+	work := float64(queued+unlisted) * mean
+	for _, c := range in.censored {
+		work += sv.residual(c)
+	}
+	// The work is done at the full batch's rate until the last request
+	// is handed out; the n requests then in flight drain the batch.
+	bound := in.longest
+	if in.phase != schema.PhaseRampUp {
+		bound = runLongest(sv, in.longest, in.requests)
+	}
+	last := sv.within(bound)
+	longest, one := longestOf(last, n)
+	surv := equilibriumSurv(last)
+	hi := last.farEnd()
+	maxSurv := maxSurvEquilibrium(last, n)
+	busy := work/rate - one/in.speed
+	spread := bandZ * workSpread(in, sv, mean, queued)
+	b := etaBand{
+		eta:  busy + drainTime(surv, hi, n, longest, model(defaultFixedShare)),
+		low:  busy*math.Exp(-spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
+		high: busy*math.Exp(spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+	}
+	if queued < n {
+		// Close to the end the requests in flight may outlast the rest.
+		d := eta(etaInput{phase: in.phase, remaining: held, inFlight: in.inFlight, censored: in.censored,
+			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full})
+		b = etaBand{max(b.eta, d.eta), max(b.low, d.low), max(b.high, d.high)}
+	}
+	return b
+}
+
+// workSpread returns the relative standard deviation of the time the
+// work before the drain takes, from the two things that make it
+// uncertain: the mean length, estimated from the answers finished so far
+// (its standard error, sd/√n, with the in-flight requests counted as
+// half an answer each, since they say only that an answer is longer than
+// something), and the sum of the lengths still to come, random even with
+// the mean known (sd·√queued). The rate is taken as known: it is
+// measured over minutes of thousands of tokens a second.
+func workSpread(in etaInput, sv *survival, mean float64, queued int) float64 {
+	second := 2 * integrate(grid(sv.farEnd()), sv.from) // E[L²] = 2∫ u P(L > u) du
+	variance := math.Max(second-mean*mean, 0)
+	nEff := float64(in.finished) + float64(len(in.censored))/2
+	if nEff < 1 {
+		nEff = 1
+	}
+	meanVar := variance / nEff / (mean * mean)
+	sumVar := 0.0
+	if queued > 0 {
+		sumVar = variance / float64(queued) / (mean * mean)
+	}
+	return math.Sqrt(meanVar + sumVar)
+}
+
+// etaTurns is the ETA of a run of conversations regenerated turn by turn
+// (see eta).
+func etaTurns(in etaInput, sv *survival, rate, mean float64, unlisted, held, n, queued int) float64 {
 	if queued == 0 {
 		return lastFinish(sv, in.censored, unlisted) / in.speed
 	}
-	if in.turns > 1 && in.queuedLines <= 0 {
+	if in.queuedLines <= 0 {
 		// Every conversation is handed out: the run ends with the last of
 		// them, each finishing its current turn and then its later ones.
 		later := cutAt{chainOf(sv.within(in.longest), float64(queued)/float64(n)), in.longestLine}
@@ -126,10 +246,7 @@ func eta(in etaInput) float64 {
 	for _, c := range in.censored {
 		work += sv.residual(c)
 	}
-	var last lengthDist = sv.within(in.longest)
-	if in.turns > 1 {
-		last = cutAt{chainOf(sv.within(in.longest), in.turns), in.longestLine}
-	}
+	last := cutAt{chainOf(sv.within(in.longest), in.turns), in.longestLine}
 	t := work/rate + drainPenalty(last, n)/in.speed
 	if queued < n {
 		t = max(t, lastFinish(sv, in.censored, unlisted)/in.speed)

@@ -1,6 +1,10 @@
 package throughput
 
-import "github.com/aerie-dev/aerie/schema"
+import (
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
 
 // phase names where the run is, from counts at the time of a snapshot.
 //
@@ -24,7 +28,7 @@ import "github.com/aerie-dev/aerie/schema"
 // refills its own window, but the run as a whole does not start over.
 // Draining can return to steady if a worker dies and its prompts go back
 // to be handed out again.
-func (e *Estimator) phase(inFlight, windows, interim int) schema.Phase {
+func (e *Estimator) phase(now time.Time, inFlight, windows, interim int) schema.Phase {
 	finished := e.completed + e.failed
 	if !e.steady {
 		wave := windows
@@ -32,7 +36,7 @@ func (e *Estimator) phase(inFlight, windows, interim int) schema.Phase {
 			wave = inFlight
 		}
 		if wave > 0 && e.localRequests+e.localFailed+interim >= wave {
-			e.steady = true
+			e.steady, e.steadySince = true, now
 		}
 	}
 	switch {

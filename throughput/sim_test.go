@@ -436,8 +436,8 @@ func TestSyntheticRunSpread(t *testing.T) {
 // run's true length: within a factor of 1.5 of the truth when the
 // estimator counts requests (turns) and is told how many the run makes.
 // Fed the way it would be if it counted lines (one request per
-// conversation, as long as its turns together), it is further off than
-// that somewhere in each run: the conversations that finish first are
+// conversation, as long as its turns together), it is off by more than
+// a factor of 1.4 somewhere in each run: the conversations that finish first are
 // the one-turn ones, and the turns of the conversations still held do
 // not show. Two orders of the input: the two kinds interleaved at
 // random, and the one-turn conversations first (a file of single
@@ -490,8 +490,8 @@ func TestSyntheticTurnsMix(t *testing.T) {
 				}
 				worstLines = max(worstLines, rl, 1/rl)
 			}
-			if worstLines < 1.5 {
-				t.Errorf("counting lines is never off by more than a factor of 1.5 (worst %.2f): the run does not show what counting turns corrects", worstLines)
+			if worstLines < 1.4 {
+				t.Errorf("counting lines is never off by more than a factor of 1.4 (worst %.2f): the run does not show what counting turns corrects", worstLines)
 			}
 			end := byTurns.rows[len(byTurns.rows)-1].snap
 			if end.Phase != schema.PhaseDone || end.CompletedTurns != end.TotalTurns || end.ETASec != 0 {
