@@ -233,4 +233,3 @@ func sameJSON(t *testing.T, a, b any) bool {
 	}
 	return reflect.DeepEqual(norm(a), norm(b))
 }
-
