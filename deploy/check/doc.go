@@ -5,8 +5,11 @@
 // the Kubernetes manifests (rendered by kustomize and validated by
 // kubeconform against the committed schemas in deploy/kubernetes/schemas,
 // strict, with no network), the NATS chart values (the route credentials
-// parsed by nats-server) and the NetworkPolicies, evaluated on the
-// connections aerie needs and on some it must not get.
+// parsed by nats-server), the NetworkPolicies, evaluated on the
+// connections aerie needs and on some it must not get, and the metrics
+// wiring: every worker and aggregator serving --metrics-listen on a
+// named port that its Service and the optional PodMonitor name, and the
+// PrometheusRule equal to deploy/prometheus/aerie-rules.yml.
 //
 // The rehearsals (TestComposeRehearsal, TestKubernetesRehearsal) then run
 // what the compose file and the standalone overlay say, as local

@@ -31,8 +31,10 @@ type pod struct {
 // that direction; the rules of the policies that select it add up) for
 // the connections aerie needs and some it must not get: the NATS pods
 // take routes from each other only, clients from the aerie namespace and
-// monitoring from KEDA's; aerie's pods take nothing and reach DNS, NATS
-// and (the workers) the vLLM backend's port only.
+// monitoring from KEDA's; aerie's pods take only Prometheus's scrapes of
+// their metrics port (the live page is for kubectl port-forward, which
+// no policy sees) and reach DNS, NATS and (the workers) the vLLM
+// backend's port only.
 func TestNetworkPolicies(t *testing.T) {
 	for _, dir := range kustomizations {
 		objs := render(t, dir)
@@ -75,6 +77,9 @@ func TestNetworkPolicies(t *testing.T) {
 		vllm := pod{name: "vllm", namespace: "aerie", labels: map[string]any{"app": "vllm"}}
 		dns := pod{name: "coredns", namespace: "kube-system", labels: map[string]any{"k8s-app": "kube-dns"}}
 		outside := pod{name: "an address outside the cluster", external: true}
+		prometheus := pod{name: "prometheus", namespace: "monitoring", labels: map[string]any{"app.kubernetes.io/name": "prometheus"}}
+		servers := aerieServers(t, dir, objs)
+		metricsPort, pagePort := servers["metrics"][0].port, servers["http"][0].port
 
 		type conn struct {
 			from, to pod
@@ -111,6 +116,16 @@ func TestNetworkPolicies(t *testing.T) {
 			{worker, nats, "TCP", 6222, false},
 			{worker, other, "TCP", 22, false},
 			{aggregator, vllm, "TCP", 8000, false},
+			{prometheus, worker, "TCP", metricsPort, true},
+			{prometheus, aggregator, "TCP", metricsPort, true},
+			{prometheus, aggregator, "TCP", pagePort, false},
+			{prometheus, worker, "TCP", 8000, false},
+			{prometheus, nats, "TCP", natsPort, false},
+			{other, worker, "TCP", metricsPort, false},
+			{other, aggregator, "TCP", metricsPort, false},
+			{vllm, worker, "TCP", metricsPort, false},
+			{other, aggregator, "TCP", pagePort, false},
+			{worker, aggregator, "TCP", pagePort, false},
 		}
 		// The backend the workers call, when it is not the pod's own
 		// loopback: a Service in the cluster or an address outside it.

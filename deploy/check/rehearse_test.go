@@ -37,8 +37,8 @@ import (
 //     (a path under no mount is left alone, and fails as it would in
 //     the container);
 //   - a service address //host:port of a server this rehearsal runs
-//     becomes //127.0.0.1:<port it got>, and --listen host:port becomes
-//     127.0.0.1:0;
+//     becomes //127.0.0.1:<port it got>, and --listen, --metrics-listen
+//     and --http-listen host:port become 127.0.0.1:0;
 //   - the NATS server listens on random ports on 127.0.0.1 and keeps its
 //     store in the store directory's volume (compose) or a temporary
 //     directory (Kubernetes);
@@ -221,7 +221,7 @@ var servingURL = regexp.MustCompile(`"?url"?[=:]"?http://([0-9.]+:[0-9]+)`)
 // runAerie starts aerie with args and exactly env (no variable of the
 // test's own environment) in c's root. A --listen address becomes
 // 127.0.0.1:0, and the address the server then logs is sent on listen;
-// a --metrics-listen address becomes 127.0.0.1:0 too.
+// a --metrics-listen or --http-listen address becomes 127.0.0.1:0 too.
 // The process gets SIGTERM when ctx ends, as a container being stopped.
 func runAerie(t *testing.T, ctx context.Context, name string, c *container, args []string, env map[string]string, h *hosts) *proc {
 	t.Helper()
@@ -239,9 +239,13 @@ func runAerie(t *testing.T, ctx context.Context, name string, c *container, args
 			continue
 		}
 		// Each container has its own network: here the services share
-		// one, so every metrics port becomes a free one.
-		if a == "--metrics-listen" && i+1 < len(args) {
+		// one, so every metrics and live page port becomes a free one.
+		if (a == "--metrics-listen" || a == "--http-listen") && i+1 < len(args) {
 			args[i+1] = "127.0.0.1:0"
+			continue
+		}
+		if flag, _, ok := strings.Cut(a, "="); ok && (flag == "--metrics-listen" || flag == "--http-listen") {
+			args[i] = flag + "=127.0.0.1:0"
 			continue
 		}
 		args[i] = h.rewrite(c.path(a))

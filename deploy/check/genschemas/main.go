@@ -42,6 +42,7 @@ var kinds = []kind{
 	{apiVersion: "v1", kind: "Namespace", spec: "api__v1_openapi.json", def: "io.k8s.api.core.v1.Namespace"},
 	{apiVersion: "v1", kind: "ConfigMap", spec: "api__v1_openapi.json", def: "io.k8s.api.core.v1.ConfigMap"},
 	{apiVersion: "v1", kind: "Secret", spec: "api__v1_openapi.json", def: "io.k8s.api.core.v1.Secret"},
+	{apiVersion: "v1", kind: "Service", spec: "api__v1_openapi.json", def: "io.k8s.api.core.v1.Service"},
 	{apiVersion: "apps/v1", kind: "Deployment", spec: "apis__apps__v1_openapi.json", def: "io.k8s.api.apps.v1.Deployment"},
 	{apiVersion: "apps/v1", kind: "StatefulSet", spec: "apis__apps__v1_openapi.json", def: "io.k8s.api.apps.v1.StatefulSet"},
 	{apiVersion: "networking.k8s.io/v1", kind: "NetworkPolicy", spec: "apis__networking.k8s.io__v1_openapi.json", def: "io.k8s.api.networking.v1.NetworkPolicy"},
