@@ -123,7 +123,9 @@ func (a *Aggregator) Last() schema.Throughput {
 // right to write the run's files (see owner), waiting up to
 // Config.LeaseWait for another aggregator to let go of it; it returns a
 // *HeldError if that one does not. It returns an error, too, if it loses
-// that right while running.
+// that right while running. A ctx that ends while it is still starting
+// makes it return nil, as one that ends later does: a stop asked for is
+// not a failure.
 func (a *Aggregator) Run(ctx context.Context) error {
 	m, err := provision.WaitManifest(ctx, a.js, a.cfg.Run, a.log)
 	if err != nil {
@@ -150,24 +152,32 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		a.log.Warn("cannot write the run's manifest beside its output; aerie report will not show its parameters", "err", err)
 	}
 
+	// startErr is what Run returns for err met while starting: nil when
+	// ctx has ended, for then err is most likely ctx's own.
+	startErr := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("aggregator: %w", err)
+	}
 	results, err := provision.ResultsConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {
-		return fmt.Errorf("aggregator: %w", err)
+		return startErr(err)
 	}
 	dead, err := provision.DeadConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {
-		return fmt.Errorf("aggregator: %w", err)
+		return startErr(err)
 	}
 	advisories, err := provision.AdvisoriesConsumer(ctx, a.js, a.cfg.Run)
 	if err != nil {
-		return fmt.Errorf("aggregator: %w", err)
+		return startErr(err)
 	}
 	sub, err := a.nc.Subscribe(schema.HeartbeatFilter(a.cfg.Run), a.onHeartbeat)
 	if err != nil {
-		return fmt.Errorf("aggregator: subscribe to heartbeats: %w", err)
+		return startErr(fmt.Errorf("subscribe to heartbeats: %w", err))
 	}
 	defer sub.Unsubscribe()
-	if err := a.refresh(ctx); err != nil {
+	if err := a.refresh(ctx); err != nil && ctx.Err() == nil {
 		a.log.Warn("cannot compare failed.jsonl with the dead letters yet; trying again later", "err", err)
 	}
 

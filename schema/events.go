@@ -96,7 +96,8 @@ type Throughput struct {
 	Failed    int `json:"failed"`
 	// Truncated counts completions whose finish_reason was "length".
 	Truncated int `json:"truncated"`
-	// InFlight is the sum of the in-flight counts of live workers.
+	// InFlight is the sum of the in-flight counts of live workers, at most
+	// the lines not yet completed or failed (zero once the run is done).
 	InFlight int `json:"in_flight"`
 	// Workers is the number of workers heard from recently.
 	Workers int `json:"workers"`

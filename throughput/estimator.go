@@ -298,7 +298,8 @@ func (e *Estimator) live(now time.Time) []*worker {
 //
 // Completed, Failed and Truncated count lines and include restored ones.
 // InFlight and Workers come from the latest heartbeats of live workers
-// (heard from within StaleAfter). RequestsPerSec counts the requests
+// (heard from within StaleAfter); InFlight is at most the lines not yet
+// completed or failed. RequestsPerSec counts the requests
 // (turns) of the lines this process wrote over the last Window, or since
 // start when that is shorter; RequestsPerSecOverall since start. With
 // ReportTurns, TotalTurns is Config.Requests and CompletedTurns the
@@ -347,6 +348,10 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		rateWindow += ws.perSecond()
 	}
 	slices.Sort(censored)
+	// A heartbeat sent before the last settlements still counts prompts
+	// whose lines are written since; no more can be in flight than lines
+	// are left, so a finished run reads zero.
+	inFlight = min(inFlight, max(e.cfg.Total-e.completed-e.failed, 0))
 
 	out := schema.Throughput{
 		Run:        e.cfg.Run,

@@ -387,3 +387,23 @@ func TestConversationsBetweenTurnsAreNotRequests(t *testing.T) {
 		t.Errorf("ETA %v with 5 conversations between turns, %v without: the requests running are the same", held.ETASec, listed.ETASec)
 	}
 }
+
+// A heartbeat sent before the last prompts settled counts them still; the
+// run's in-flight figure never exceeds the lines left, and reads zero
+// once the run is done.
+func TestInFlightAtMostLinesLeft(t *testing.T) {
+	e := New(Config{Run: "r", Total: 3}, t0)
+	e.Heartbeat(beat("a", 0, 0, 0, 0, 0))
+	if s := e.Snapshot(at(1)); s.InFlight != 3 {
+		t.Errorf("in flight %d with 3 prompts held, want 3", s.InFlight)
+	}
+	e.Completed(at(2), Single(10, false))
+	e.Completed(at(2), Single(10, false))
+	if s := e.Snapshot(at(2)); s.InFlight != 1 || s.Phase != schema.PhaseDraining {
+		t.Errorf("in flight %d, phase %s with 1 line left, want 1, draining", s.InFlight, s.Phase)
+	}
+	e.Completed(at(3), Single(10, false))
+	if s := e.Snapshot(at(3)); s.InFlight != 0 || s.Phase != schema.PhaseDone {
+		t.Errorf("in flight %d, phase %s with every line written, want 0, done", s.InFlight, s.Phase)
+	}
+}

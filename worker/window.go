@@ -18,7 +18,10 @@ import (
 // settlement, so it never holds more messages than slots; conversations
 // between turns hold messages without slots, and a pull never takes the
 // held messages above heldCap, so that a turns stream slow to store
-// cannot make a worker hoard prompts.
+// cannot make a worker hoard prompts. held counts the messages a pull
+// has asked for and not yet received, so that the cap holds for them
+// too; pending counts those alone, and what holding reports leaves them
+// out: a pull waiting on an empty stream holds nothing yet.
 //
 // The zero value is not usable; see newWindow.
 type window struct {
@@ -26,6 +29,7 @@ type window struct {
 	size    int
 	free    int
 	held    int
+	pending int // of held, asked for by a pull and not yet received
 	maxHeld int
 	heldCap int
 	// turns are the continuing turns waiting for a slot, first come first
@@ -59,7 +63,8 @@ func (s *window) signal() {
 // acquirePull waits until a slot is free, no continuing turn waits for
 // one and fewer than heldCap messages are held, then takes up to want
 // free slots and as many held messages, for the messages a pull asks
-// for. It returns how many it took: 0 once ctx has ended.
+// for, pending until each arrives (see arrived) or is given back (see
+// unused). It returns how many it took: 0 once ctx has ended.
 func (s *window) acquirePull(ctx context.Context, want int) int {
 	for {
 		if ctx.Err() != nil {
@@ -70,7 +75,7 @@ func (s *window) acquirePull(ctx context.Context, want int) int {
 			n := min(want, s.free, s.heldCap-s.held)
 			s.free -= n
 			s.held += n
-			s.maxHeld = max(s.maxHeld, s.held)
+			s.pending += n
 			s.mu.Unlock()
 			return n
 		}
@@ -84,9 +89,21 @@ func (s *window) acquirePull(ctx context.Context, want int) int {
 	}
 }
 
+// arrived counts one message a pull asked for as delivered: held from
+// now until it is settled (see drop).
+func (s *window) arrived() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	s.maxHeld = max(s.maxHeld, s.held-s.pending)
+}
+
 // unused gives back n slots and held messages that a pull took and no
 // message came for.
 func (s *window) unused(n int) {
+	s.mu.Lock()
+	s.pending -= n
+	s.mu.Unlock()
 	for range n {
 		s.release()
 		s.drop()
@@ -146,11 +163,13 @@ func (s *window) drop() {
 	s.signal()
 }
 
-// holding returns the messages held now and the most held at once.
+// holding returns the messages delivered and not yet settled now, and
+// the most at once. Messages a pull has asked for and not received are
+// not counted: they may never come.
 func (s *window) holding() (now, most int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held, s.maxHeld
+	return s.held - s.pending, s.maxHeld
 }
 
 // lease is what one delivered message holds of the window: always the

@@ -44,6 +44,8 @@ func TestWindowTurnsBeforePulls(t *testing.T) {
 	if n := s.acquirePull(ctx, 5); n != 2 {
 		t.Fatalf("first pull took %d slots, want the 2 free", n)
 	}
+	s.arrived()
+	s.arrived()
 	// Both messages are conversations: each gives its slot back while it
 	// stores a turn, then asks for one again.
 	s.release()
@@ -51,6 +53,7 @@ func TestWindowTurnsBeforePulls(t *testing.T) {
 	if n := s.acquirePull(ctx, 1); n != 1 {
 		t.Fatalf("pull took %d, want 1", n)
 	}
+	s.arrived()
 	// One slot free: the first turn takes it at once; the second waits.
 	if err := s.acquireTurn(ctx); err != nil {
 		t.Fatal(err)
@@ -69,8 +72,40 @@ func TestWindowTurnsBeforePulls(t *testing.T) {
 	if n := received(t, pull, "pull after a release"); n != 1 {
 		t.Fatalf("pull took %d, want 1", n)
 	}
+	s.arrived()
 	if held, most := s.holding(); held != 4 || most != 4 {
 		t.Fatalf("held %d (most %d), want 4", held, most)
+	}
+}
+
+// Messages a pull has asked for count against the window and the cap but
+// are not held until they arrive: a pull waiting on an empty stream holds
+// nothing, and what it gives back unused leaves nothing behind.
+func TestWindowPendingNotHeld(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(3, 3)
+	if n := s.acquirePull(ctx, 3); n != 3 {
+		t.Fatalf("took %d, want 3", n)
+	}
+	if held, most := s.holding(); held != 0 || most != 0 {
+		t.Fatalf("with a pull waiting and nothing delivered: held %d (most %d), want 0", held, most)
+	}
+	s.arrived()
+	if held, most := s.holding(); held != 1 || most != 1 {
+		t.Fatalf("one of three delivered: held %d (most %d), want 1", held, most)
+	}
+	s.unused(2)
+	pull := pullResult(ctx, s, 3)
+	if n := received(t, pull, "pull after two unused"); n != 2 {
+		t.Fatalf("took %d with one held, want 2", n)
+	}
+	if held, _ := s.holding(); held != 1 {
+		t.Fatalf("held %d, want 1", held)
+	}
+	s.unused(2)
+	(&lease{win: s, slot: true}).end()
+	if held, most := s.holding(); held != 0 || most != 1 {
+		t.Fatalf("all settled: held %d (most %d), want 0 (1)", held, most)
 	}
 }
 
@@ -140,6 +175,7 @@ func TestWindowNeverOversubscribed(t *testing.T) {
 	for started < conversations {
 		n := s.acquirePull(ctx, min(size, conversations-started))
 		for range n {
+			s.arrived()
 			started++
 			wg.Add(1)
 			go func() {
@@ -165,10 +201,10 @@ func TestWindowNeverOversubscribed(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.free != size || s.held != 0 || len(s.turns) != 0 {
-		t.Errorf("after all: free %d, held %d, waiting %d; want %d, 0, 0", s.free, s.held, len(s.turns), size)
+	if s.free != size || s.held != 0 || s.pending != 0 || len(s.turns) != 0 {
+		t.Errorf("after all: free %d, held %d, pending %d, waiting %d; want %d, 0, 0, 0", s.free, s.held, s.pending, len(s.turns), size)
 	}
-	if s.maxHeld > 2*size {
+	if s.maxHeld < 1 || s.maxHeld > 2*size {
 		t.Errorf("held %d messages at once, cap is %d", s.maxHeld, 2*size)
 	}
 }

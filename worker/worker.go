@@ -278,6 +278,7 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
+				w.win.arrived()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
