@@ -40,6 +40,9 @@ func gatherWorkers(ctx context.Context, r reader, st *Run, opts Options, now tim
 	if err != nil || len(last) == 0 {
 		return err
 	}
+	// A heartbeat published while the read runs is delivered after the
+	// last ones per subject: keep one, the newest, per worker.
+	last = newestPerSubject(last)
 	var newest time.Time
 	for _, hb := range last {
 		if hb.at.After(newest) {
@@ -181,4 +184,22 @@ func readHeartbeats(ctx context.Context, r reader, events jetstream.Stream, cfg 
 		return nil
 	})
 	return out, err
+}
+
+// newestPerSubject keeps the newest heartbeat of each subject, in the
+// order the subjects first appear.
+func newestPerSubject(hbs []heartbeat) []heartbeat {
+	at := make(map[string]int, len(hbs))
+	out := hbs[:0:0]
+	for _, hb := range hbs {
+		i, seen := at[hb.subject]
+		switch {
+		case !seen:
+			at[hb.subject] = len(out)
+			out = append(out, hb)
+		case hb.at.After(out[i].at):
+			out[i] = hb
+		}
+	}
+	return out
 }
