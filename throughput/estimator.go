@@ -174,6 +174,7 @@ type Estimator struct {
 
 	steady      bool      // the first wave has turned over; never reset
 	steadySince time.Time // when steady was first seen
+	draining    bool      // the last snapshot was draining (see phase)
 }
 
 // New returns an Estimator for a run started (as far as this process is

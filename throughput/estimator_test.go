@@ -261,6 +261,15 @@ func TestPhasesByRule(t *testing.T) {
 	e.Completed(at(8), Single(100, false))
 	e.Failed(at(8), 1)
 	want(8, schema.PhaseDraining) // 5 done, 1 failed, 4 in flight
+	// One answer is let go of by its worker before the aggregator has
+	// written it: still draining, not back to steady.
+	e.Heartbeat(beat("w", 8.5, 1100, 10, 10, 10))
+	want(8.5, schema.PhaseDraining)
+	// A worker that goes quiet takes its prompts out of flight: they are
+	// to be handed out again.
+	want(120, schema.PhaseSteady)
+	e.Heartbeat(beat("w", 121, 1200, 10, 10, 10, 10))
+	want(121, schema.PhaseDraining)
 	for range 4 {
 		e.Completed(at(9), Single(100, false))
 	}

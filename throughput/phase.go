@@ -27,7 +27,12 @@ import (
 // The ramp-up to steady change is latched: a worker that restarts later
 // refills its own window, but the run as a whole does not start over.
 // Draining can return to steady if a worker dies and its prompts go back
-// to be handed out again.
+// to be handed out again, but not for a few lines short of covering the
+// run: a heartbeat is up to one interval older than the written lines,
+// and a prompt its worker has answered and let go of is neither in
+// flight nor written until the aggregator has its result. A tenth of
+// the lines left (at least one) is taken to be such answers in transit;
+// a dead worker's window uncovers more.
 func (e *Estimator) phase(now time.Time, inFlight, windows, interim int) schema.Phase {
 	finished := e.completed + e.failed
 	if !e.steady {
@@ -39,10 +44,13 @@ func (e *Estimator) phase(now time.Time, inFlight, windows, interim int) schema.
 			e.steady, e.steadySince = true, now
 		}
 	}
+	left := e.cfg.Total - finished
+	uncovered := left - inFlight
+	e.draining = left > 0 && (uncovered <= 0 || e.draining && uncovered <= max(1, left/10))
 	switch {
-	case finished >= e.cfg.Total:
+	case left <= 0:
 		return schema.PhaseDone
-	case finished+inFlight >= e.cfg.Total:
+	case e.draining:
 		return schema.PhaseDraining
 	case e.steady:
 		return schema.PhaseSteady
