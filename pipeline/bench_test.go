@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -68,8 +69,15 @@ func BenchmarkEndToEndZeroLatency(b *testing.B) {
 			}
 			return n / time.Since(start).Seconds()
 		}
-		p := plainClientRate(b, llm.URL, bodies, workers*window)
-		s, l := rate(0), rate(2*time.Minute)
+		// Labels let a CPU profile of the benchmark be split by side
+		// (go tool pprof -tagfocus side=aerie-sync).
+		var p, s, l float64
+		side := func(name string, f func()) {
+			pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { f() })
+		}
+		side("plain", func() { p = plainClientRate(b, llm.URL, bodies, workers*window) })
+		side("aerie-sync", func() { s = rate(0) })
+		side("aerie-2m", func() { l = rate(2 * time.Minute) })
 		plain, synced, lazy = append(plain, p), append(synced, s), append(lazy, l)
 		ratio, syncPrice = append(ratio, s/p), append(syncPrice, s/l)
 	}
