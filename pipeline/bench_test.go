@@ -41,8 +41,8 @@ func instantLLM() *httptest.Server {
 
 // BenchmarkEndToEndZeroLatency: prompts/s through the whole pipeline
 // (produce, 2 workers x 200, aggregate with fsync) when the backend
-// costs nothing, against a plain HTTP client holding as many streams
-// open (2 x 200) on the same server. Each iteration measures, side by
+// costs nothing, against a plain HTTP client holding one worker's window
+// of streams (200) open on the same server. Each iteration measures, side by
 // side: the plain client, aerie with the broker fsyncing every write
 // (aerie's setting), and aerie with the broker flushing every two
 // minutes (JetStream's default), to price durability. The metrics are
@@ -75,7 +75,7 @@ func BenchmarkEndToEndZeroLatency(b *testing.B) {
 		side := func(name string, f func()) {
 			pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { f() })
 		}
-		side("plain", func() { p = plainClientRate(b, llm.URL, bodies, workers*window) })
+		side("plain", func() { p = plainClientRate(b, llm.URL, bodies, window) })
 		side("aerie-sync", func() { s = rate(0) })
 		side("aerie-2m", func() { l = rate(2 * time.Minute) })
 		plain, synced, lazy = append(plain, p), append(synced, s), append(lazy, l)
