@@ -104,8 +104,15 @@ ETA_PROMPTS ?= 25000
 eta-study:
 	AERIE_ETA_STUDY=1 AERIE_ETA_SEEDS=$(ETA_SEEDS) AERIE_ETA_PROMPTS=$(ETA_PROMPTS) $(GO) test -count=1 -v -timeout 60m -run '^TestETAStudy$$' ./throughput/
 
+# The pipeline benchmarks print, from one run, aerie's zero-latency
+# prompts/s against a plain client's on the same server (aerie/plain) and
+# its steady-state throughput against the simulator's (fraction), each
+# the median of BENCHN side-by-side iterations (docs/performance.md).
+BENCHN   ?= 3
+
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./pipeline/ ./producer/
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/aerie

@@ -2,13 +2,16 @@ package pipeline_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -38,20 +41,25 @@ func instantLLM() *httptest.Server {
 
 // BenchmarkEndToEndZeroLatency: prompts/s through the whole pipeline
 // (produce, 2 workers x 200, aggregate with fsync) when the backend
-// costs nothing. Each iteration runs once with the broker fsyncing every
-// write (aerie's setting) and once flushing every two minutes
-// (JetStream's default), side by side, to price durability.
+// costs nothing, against a plain HTTP client holding one worker's window
+// of streams (200) open on the same server. Each iteration measures, side by
+// side: the plain client, aerie with the broker fsyncing every write
+// (aerie's setting), and aerie with the broker flushing every two
+// minutes (JetStream's default), to price durability. The metrics are
+// medians over iterations: aerie/plain is how much of what a bare
+// client gets out of a free backend aerie delivers end to end.
 func BenchmarkEndToEndZeroLatency(b *testing.B) {
-	const n = 10000
+	const n, workers, window = 10000, 2, 200
 	prompts := promptsFile(b, n)
+	bodies := requestBodies(b, prompts)
 	llm := instantLLM()
 	defer llm.Close()
-	var synced, lazy, ratio []float64
+	var plain, synced, lazy, ratio, syncPrice []float64
 	for i := 0; b.Loop(); i++ {
 		rate := func(sync time.Duration) float64 {
 			cfg := pipeline.Config{
 				Run: fmt.Sprintf("zero%d", i), PromptsFile: prompts, DataDir: b.TempDir(),
-				Backend: llm.URL, Model: "m", Workers: 2, Window: 200, NATSSyncInterval: sync,
+				Backend: llm.URL, Model: "m", Workers: workers, Window: window, NATSSyncInterval: sync,
 				EventInterval: 100 * time.Millisecond, Logger: quiet,
 			}
 			start := time.Now()
@@ -61,12 +69,82 @@ func BenchmarkEndToEndZeroLatency(b *testing.B) {
 			}
 			return n / time.Since(start).Seconds()
 		}
-		s, l := rate(0), rate(2*time.Minute)
-		synced, lazy, ratio = append(synced, s), append(lazy, l), append(ratio, s/l)
+		// Labels let a CPU profile of the benchmark be split by side
+		// (go tool pprof -tagfocus side=aerie-sync).
+		var p, s, l float64
+		side := func(name string, f func()) {
+			pprof.Do(context.Background(), pprof.Labels("side", name), func(context.Context) { f() })
+		}
+		side("plain", func() { p = plainClientRate(b, llm.URL, bodies, window) })
+		side("aerie-sync", func() { s = rate(0) })
+		side("aerie-2m", func() { l = rate(2 * time.Minute) })
+		plain, synced, lazy = append(plain, p), append(synced, s), append(lazy, l)
+		ratio, syncPrice = append(ratio, s/p), append(syncPrice, s/l)
 	}
 	b.ReportMetric(median(synced), "prompts/s")
+	b.ReportMetric(median(plain), "plain-prompts/s")
+	b.ReportMetric(median(ratio), "aerie/plain")
 	b.ReportMetric(median(lazy), "prompts/s-2m-sync")
-	b.ReportMetric(median(ratio), "sync-always/2m")
+	b.ReportMetric(median(syncPrice), "sync-always/2m")
+}
+
+// requestBodies is each prompt of the file as the JSON body of a
+// streaming chat request, encoded once up front so that the plain
+// client's loop costs only HTTP.
+func requestBodies(b *testing.B, prompts string) [][]byte {
+	var out [][]byte
+	for _, r := range readRequests(b, prompts) {
+		body, err := json.Marshal(struct {
+			Model    string           `json:"model"`
+			Messages []openai.Message `json:"messages"`
+			Stream   bool             `json:"stream"`
+		}{"m", r.Messages, true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, body)
+	}
+	return out
+}
+
+// plainClientRate posts every body to url's chat endpoint from `inFlight`
+// goroutines sharing one net/http client, reading each SSE stream to its
+// end, and returns requests completed per wall-clock second: the baseline
+// with no NATS, no encoding and no disk.
+func plainClientRate(b *testing.B, url string, bodies [][]byte, inFlight int) float64 {
+	tr := &http.Transport{MaxIdleConns: inFlight, MaxIdleConnsPerHost: inFlight}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	next := make(chan []byte)
+	go func() {
+		defer close(next)
+		for _, body := range bodies {
+			next <- body
+		}
+	}()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for body := range next {
+				resp, err := client.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Errorf("plain client: status %d, %v", resp.StatusCode, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(len(bodies)) / time.Since(start).Seconds()
 }
 
 // BenchmarkSimulatorFraction compares, side by side in one run, the
