@@ -18,15 +18,6 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-func gather(t *testing.T, reg *prometheus.Registry) metricstest.Families {
-	t.Helper()
-	f, err := metricstest.Gather(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // The run's metrics follow its events; the lines written, their tokens,
 // the consumers' lag and the data directory's space are there too.
 func TestMetricsOfARun(t *testing.T) {
@@ -51,7 +42,7 @@ func TestMetricsOfARun(t *testing.T) {
 		return l.Completed == 6 && l.Failed == 1
 	}, "6 completed and 1 failed in the events")
 
-	f := gather(t, reg)
+	f := metricstest.Gather(t, reg)
 	for name, want := range map[string]float64{
 		"aerie_run_expected_prompts":          n,
 		"aerie_run_completed_prompts":         6,
@@ -78,7 +69,7 @@ func TestMetricsOfARun(t *testing.T) {
 		t.Errorf("workers' lag %v (present: %v), want %d", got, ok, n)
 	}
 	brokertest.Eventually(t, 10*time.Second, func() bool {
-		got, ok := gather(t, reg).Sum("aerie_run_consumer_lag_messages", "consumer", aggregator.LagResults)
+		got, ok := metricstest.Gather(t, reg).Sum("aerie_run_consumer_lag_messages", "consumer", aggregator.LagResults)
 		return ok && got == 0
 	}, "the results' lag to be 0 once every result is written")
 	if got, _ := f.Sum("aerie_data_dir_free_bytes"); got <= 0 {
@@ -113,7 +104,7 @@ func TestMetricsOfAFullDisk(t *testing.T) {
 	a, _ := start(t, js, aggregator.Config{DataDir: dir, Batch: 32, Metrics: reg})
 	publishResults(t, js, ids(0, n))
 	brokertest.Eventually(t, 20*time.Second, func() bool { return a.Last().WriteError != "" }, "the event to report the write error")
-	f := gather(t, reg)
+	f := metricstest.Gather(t, reg)
 	if got, _ := f.Sum("aerie_run_write_failing"); got != 1 {
 		t.Errorf("aerie_run_write_failing = %v, want 1", got)
 	}
@@ -130,7 +121,7 @@ func TestMetricsOfAFullDisk(t *testing.T) {
 		l := a.Last()
 		return l.Completed == n && l.WriteError == ""
 	}, "every result written once space is back")
-	if got, _ := gather(t, reg).Sum("aerie_run_write_failing"); got != 0 {
+	if got, _ := metricstest.Gather(t, reg).Sum("aerie_run_write_failing"); got != 0 {
 		t.Errorf("aerie_run_write_failing = %v once writing again, want 0", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/metrics/metricstest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -90,7 +91,7 @@ func TestHeartbeatInFlightCountsHeldPrompts(t *testing.T) {
 		}
 	}
 	gauge := func() float64 {
-		v, _ := gather(t, reg).Sum("aerie_worker_prompts_in_flight")
+		v, _ := metricstest.Gather(t, reg).Sum("aerie_worker_prompts_in_flight")
 		return v
 	}
 

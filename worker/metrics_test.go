@@ -13,15 +13,6 @@ import (
 	"github.com/aerie-dev/aerie/worker"
 )
 
-func gather(t *testing.T, reg *prometheus.Registry) metricstest.Families {
-	t.Helper()
-	f, err := metricstest.Gather(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
 // Each way a prompt is settled counts under its outcome, and each failed
 // request under its class.
 func TestMetricsOutcomes(t *testing.T) {
@@ -41,7 +32,7 @@ func TestMetricsOutcomes(t *testing.T) {
 	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond, BreakerThreshold: 100, Metrics: reg}, url)
 	b.waitSettled(t, 20*time.Second)
 
-	f := gather(t, reg)
+	f := metricstest.Gather(t, reg)
 	for outcome, want := range map[string]float64{
 		worker.OutcomeCompleted:  1, // p0001 on its third attempt
 		worker.OutcomePermanent:  2, // p0000 at once, p0002 after 3 attempts
@@ -76,16 +67,16 @@ func TestMetricsBreaker(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond, Metrics: reg}, url)
 	brokertest.Eventually(t, 20*time.Second, func() bool {
-		v, _ := gather(t, reg).Sum("aerie_worker_breaker_open")
+		v, _ := metricstest.Gather(t, reg).Sum("aerie_worker_breaker_open")
 		return v == 1
 	}, "the breaker gauge to say open")
 	f.sick.Store(false)
 	b.waitSettled(t, 60*time.Second)
 	brokertest.Eventually(t, 20*time.Second, func() bool {
-		v, _ := gather(t, reg).Sum("aerie_worker_breaker_open")
+		v, _ := metricstest.Gather(t, reg).Sum("aerie_worker_breaker_open")
 		return v == 0
 	}, "the breaker gauge to say closed")
-	m := gather(t, reg)
+	m := metricstest.Gather(t, reg)
 	if v, _ := m.Sum("aerie_worker_paused_seconds_total"); v <= 0 {
 		t.Errorf("paused seconds %v, want > 0", v)
 	}

@@ -4,6 +4,7 @@ package metricstest
 import (
 	"fmt"
 	"net/http"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,15 +67,17 @@ series:
 	return sum, ok
 }
 
-// Gather collects g's metrics as a scrape would see them.
-func Gather(g prometheus.Gatherer) (Families, error) {
+// Gather collects g's metrics as a scrape would see them, failing t if
+// they cannot be collected.
+func Gather(t testing.TB, g prometheus.Gatherer) Families {
+	t.Helper()
 	fams, err := g.Gather()
 	if err != nil {
-		return nil, err
+		t.Fatalf("gather metrics: %v", err)
 	}
 	f := Families{}
 	for _, fam := range fams {
 		f[fam.GetName()] = fam
 	}
-	return f, nil
+	return f
 }
