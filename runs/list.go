@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/jsrequest"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -57,7 +58,7 @@ func List(ctx context.Context, js jetstream.JetStream, opts Options) ([]Summary,
 	if err != nil {
 		return nil, err
 	}
-	events, err := optionalStream(ctx, js, opts, schema.EventsStream)
+	events, err := jsrequest.Stream(ctx, js, opts, schema.EventsStream)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +78,7 @@ func List(ctx context.Context, js jetstream.JetStream, opts Options) ([]Summary,
 
 // manifests returns the current entry of every key in the runs bucket.
 func manifests(ctx context.Context, js jetstream.JetStream, opts Options) ([]jetstream.KeyValueEntry, error) {
-	kv, err := optionalBucket(ctx, js, opts, schema.RunsBucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, schema.RunsBucket)
 	if err != nil || kv == nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func summarize(e jetstream.KeyValueEntry) Summary {
 // lastProgress reads the last throughput event of run, or nil when the
 // events stream holds none.
 func lastProgress(ctx context.Context, events jetstream.Stream, opts Options, run string) (*Progress, error) {
-	msg, err := lastMsg(ctx, events, opts, schema.ThroughputSubject(run))
+	msg, err := jsrequest.LastMsg(ctx, events, opts, schema.ThroughputSubject(run))
 	if err != nil || msg == nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/jsrequest"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -172,7 +173,7 @@ func plan(ctx context.Context, js jetstream.JetStream, run string, opts Options)
 
 func planMessages(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
 	for _, m := range streamFilters(r.Run) {
-		s, err := optionalStream(ctx, js, opts, m.Stream)
+		s, err := jsrequest.Stream(ctx, js, opts, m.Stream)
 		if err != nil {
 			return err
 		}
@@ -201,11 +202,11 @@ func planConsumers(ctx context.Context, js jetstream.JetStream, opts Options, r 
 }
 
 func planManifest(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
-	kv, err := optionalBucket(ctx, js, opts, schema.RunsBucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, schema.RunsBucket)
 	if err != nil || kv == nil {
 		return err
 	}
-	e, err := optionalKey(ctx, kv, opts, r.Run)
+	e, err := jsrequest.Key(ctx, kv, opts, r.Run)
 	if err != nil || e == nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func planManifest(ctx context.Context, js jetstream.JetStream, opts Options, r *
 }
 
 func planAttempts(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
-	kv, err := optionalBucket(ctx, js, opts, schema.AttemptsBucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, schema.AttemptsBucket)
 	if err != nil || kv == nil {
 		return err
 	}
@@ -234,12 +235,12 @@ func planAttempts(ctx context.Context, js jetstream.JetStream, opts Options, r *
 }
 
 func planLease(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
-	kv, err := optionalBucket(ctx, js, opts, schema.LeasesBucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, schema.LeasesBucket)
 	if err != nil || kv == nil {
 		return err
 	}
 	key := schema.AggregatorLeaseKey(r.Run)
-	e, err := optionalKey(ctx, kv, opts, key)
+	e, err := jsrequest.Key(ctx, kv, opts, key)
 	if err != nil || e == nil {
 		return err
 	}
@@ -253,11 +254,11 @@ func planLease(ctx context.Context, js jetstream.JetStream, opts Options, r *Rem
 }
 
 func planHeartbeat(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
-	events, err := optionalStream(ctx, js, opts, schema.EventsStream)
+	events, err := jsrequest.Stream(ctx, js, opts, schema.EventsStream)
 	if err != nil || events == nil {
 		return err
 	}
-	msg, err := lastMsg(ctx, events, opts, schema.HeartbeatFilter(r.Run))
+	msg, err := jsrequest.LastMsg(ctx, events, opts, schema.HeartbeatFilter(r.Run))
 	if err != nil || msg == nil || time.Since(msg.Time) >= heartbeatWindow {
 		return err
 	}

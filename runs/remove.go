@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/jsrequest"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -106,7 +107,7 @@ func purge(ctx context.Context, js jetstream.JetStream, opts Options, stream, fi
 // the attempts bucket, all in one request and without leaving a delete
 // marker per key.
 func purgeAttempts(ctx context.Context, js jetstream.JetStream, opts Options, r *Removal) error {
-	kv, err := optionalBucket(ctx, js, opts, schema.AttemptsBucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, schema.AttemptsBucket)
 	if err != nil || kv == nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func purgeManifest(ctx context.Context, js jetstream.JetStream, opts Options, r 
 
 // purgeKey deletes key and its history from bucket, if both exist.
 func purgeKey(ctx context.Context, js jetstream.JetStream, opts Options, bucket, key string) error {
-	kv, err := optionalBucket(ctx, js, opts, bucket)
+	kv, err := jsrequest.Bucket(ctx, js, opts, bucket)
 	if err != nil || kv == nil {
 		return err
 	}
