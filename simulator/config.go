@@ -39,7 +39,7 @@ const (
 	DefaultOutputMedian    = 1400
 	DefaultOutputSigma     = 0.95
 	DefaultReasoningShare  = 0.75
-	DefaultKVCacheTokens   = 1_000_000
+	DefaultKVCacheTokens   = 1_250_000
 )
 
 // Config describes the simulated server. The zero value of every field
@@ -120,11 +120,17 @@ type Config struct {
 	// reasoning at all.
 	ReasoningShare float64
 
-	// KVCacheTokens is the KV cache capacity in tokens, used only for
-	// vllm:kv_cache_usage_perc (tokens held by running sequences over
-	// this, at most 1). Admission is not limited by it and nothing is
-	// preempted. Default 1,000,000, so the calibrated steady state
-	// (about 740,000 tokens held) reads about 0.7.
+	// KVCacheTokens is the KV cache capacity in tokens (vLLM logs it at
+	// start as "GPU KV cache size"), held in blocks of 16 tokens. A
+	// waiting request is admitted only when the blocks of its first
+	// prompt chunk fit; a decode step that needs blocks the cache lacks
+	// preempts the most recently admitted running request, which goes
+	// back to the front of the queue and later prefills its prompt and
+	// what it had generated again (vLLM's recompute preemption). It
+	// must hold one sequence of MaxModelLen, as vLLM refuses to start
+	// otherwise. Default 1,250,000: the calibrated steady state (about
+	// 740,000 tokens held) reads about 0.6, and its peaks (under 970,000
+	// tokens over 25,000-prompt runs) never preempt.
 	KVCacheTokens int
 
 	// Faults injects errors, hangs, disconnects, slow first bytes and
@@ -223,6 +229,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCacheTokens < 1 {
 		bad("kv cache tokens must be >= 1, got %d", c.KVCacheTokens)
+	} else if c.KVCacheTokens < c.MaxModelLen {
+		bad("kv cache tokens (%d) cannot hold one sequence of max model len (%d); raise kv cache tokens or lower max model len",
+			c.KVCacheTokens, c.MaxModelLen)
 	}
 	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)

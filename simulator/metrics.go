@@ -34,7 +34,7 @@ func newCollector(eng *engine, counts *faultCounts, model func() string) *collec
 		running:      desc("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting:      desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine (always 0 here)."),
+		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
 		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
@@ -61,7 +61,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.running, float64(st.Running))
 	gauge(c.waiting, float64(st.Waiting))
 	gauge(c.kvUsage, st.KVCacheUsage)
-	counter(c.preemptions, 0)
+	counter(c.preemptions, float64(st.Preemptions))
 	counter(c.genTokens, float64(st.GenerationTokens))
 	counter(c.promptTokens, float64(st.PromptTokens))
 	reasons := make([]string, 0, len(byReason))
