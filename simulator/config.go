@@ -96,13 +96,16 @@ type Config struct {
 	// about 33 tokens/s for a lone sequence and 20 tokens/s each (4,000
 	// tokens/s in all) at a batch of 200. On the calibration hardware
 	// about half of a step is all-reduce over PCIe, which does not
-	// shrink with the batch, hence the large base.
+	// shrink with the batch, hence the large base. A negative StepPerSeq
+	// means none: every step takes StepBase, as for a server whose
+	// decode time per token is flat up to MaxNumSeqs.
 	StepBase, StepPerSeq time.Duration
 
 	// PrefillPerToken is the engine time spent per prompt token. Prefill
 	// runs in chunks inside decode steps (chunked prefill, 8,192 tokens
 	// per step), so a burst of new prompts slows every running sequence.
-	// Default 140µs, about 7,000 prompt tokens/s.
+	// Default 140µs, about 7,000 prompt tokens/s. A negative value means
+	// prompts cost nothing.
 	PrefillPerToken time.Duration
 
 	// OutputMedian and OutputSigma shape the answer length: lognormal
@@ -211,12 +214,6 @@ func (c Config) Validate() error {
 	}
 	if c.StepBase <= 0 {
 		bad("step base must be > 0, got %v", c.StepBase)
-	}
-	if c.StepPerSeq < 0 {
-		bad("step per seq must be >= 0, got %v", c.StepPerSeq)
-	}
-	if c.PrefillPerToken < 0 {
-		bad("prefill per token must be >= 0, got %v", c.PrefillPerToken)
 	}
 	if c.OutputMedian < 1 {
 		bad("output median must be >= 1, got %d", c.OutputMedian)
