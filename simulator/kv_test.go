@@ -280,6 +280,7 @@ func TestKVMetricsMatchEngine(t *testing.T) {
 	}{
 		{"vllm:num_requests_running", float64(running)},
 		{"vllm:num_requests_waiting", float64(waiting)},
+		{"vllm:num_requests_waiting_by_reason", float64(waiting)}, // the first sample: reason "capacity"
 		{"vllm:kv_cache_usage_perc", float64(blocks) / 64},
 		{"vllm:num_preemptions_total", float64(preemptions)},
 	}
