@@ -11,8 +11,12 @@ import (
 // formats nothing for records below the handler's level.
 func TestWithLazyWritesAsWith(t *testing.T) {
 	for _, mk := range []func(*bytes.Buffer) slog.Handler{
-		func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}) },
-		func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}) },
+		func(b *bytes.Buffer) slog.Handler {
+			return slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo})
+		},
+		func(b *bytes.Buffer) slog.Handler {
+			return slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo})
+		},
 	} {
 		var want, got bytes.Buffer
 		args := []any{"subject", "prompts.r.1", "delivery", 2, slog.Group("g", "k", "v"), "id", "p-1"}
