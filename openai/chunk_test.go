@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
@@ -175,23 +174,6 @@ func sameState(t *testing.T, what string, a, b *streamState) {
 	if !reflect.DeepEqual(ca, cb) || a.counted != b.counted || a.chunks != b.chunks {
 		t.Errorf("%q: state\nfast %#v (counted %d)\njson %#v (counted %d)", what, ca, a.counted, cb, b.counted)
 	}
-}
-
-// benchStream is a typical stream's events: a role chunk, 64 text chunks
-// with continuous usage and token ids, a usage chunk.
-func benchStream() [][]byte {
-	var events [][]byte
-	events = append(events, []byte(chunkSeeds[0]))
-	for i := range 64 {
-		field := "reasoning"
-		if i >= 32 {
-			field = "content"
-		}
-		events = append(events, []byte(strings.NewReplacer("FIELD", field).Replace(
-			`{"id":"chatcmpl-5f2c1a","object":"chat.completion.chunk","created":1733000000,"model":"moonshotai/Kimi-K2.5","choices":[{"index":0,"delta":{"FIELD":" word"},"logprobs":null,"finish_reason":null,"token_ids":[1234]}],"usage":{"prompt_tokens":120,"total_tokens":121,"completion_tokens":1}}`)))
-	}
-	events = append(events, []byte(chunkSeeds[4]))
-	return events
 }
 
 // BenchmarkStreamEvent decodes a typical stream, chunk by chunk, with the
