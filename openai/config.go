@@ -50,7 +50,7 @@ type Config struct {
 	APIKeyFile string
 
 	// HTTPClient sends every request. Nil means a client made for many
-	// concurrent long streams to one host: up to 512 idle connections
+	// concurrent long streams to one host: up to 4,096 idle connections
 	// kept for reuse, 10 s limits on dialing and TLS handshakes, and no
 	// limit on waiting for response headers (vLLM sends them with the
 	// first token, after any time queued). A supplied client should have
