@@ -50,7 +50,7 @@ type Config struct {
 	APIKeyFile string
 
 	// HTTPClient sends every request. Nil means a client made for many
-	// concurrent long streams to one host: up to 512 idle connections
+	// concurrent long streams to one host: up to 4,096 idle connections
 	// kept for reuse, 10 s limits on dialing and TLS handshakes, and no
 	// limit on waiting for response headers (vLLM sends them with the
 	// first token, after any time queued). A supplied client should have
@@ -208,12 +208,21 @@ func withoutUserinfo(raw string) string {
 	return scheme + "://[redacted]" + rest[at:]
 }
 
+// maxIdlePerHost bounds the idle connections a client keeps to its
+// server. It costs nothing while the window is smaller: it is a ceiling,
+// not a pool kept open.
+const maxIdlePerHost = 4096
+
 // newHTTPClient returns the client used when Config.HTTPClient is nil.
 //
 // It is tuned for a worker holding hundreds of streams open to one
-// server: idle connections are kept per host (MaxIdleConnsPerHost 512)
-// so finished streams hand their connection to the next request instead
-// of closing it; there is no overall client Timeout and no
+// server: idle connections are kept per host up to maxIdlePerHost, well
+// above the windows workers hold (200 by default, about a thousand
+// against a large server), so that finished
+// streams hand their connection to the next request instead of closing
+// it and dialing anew (at a window of 600, a limit of 512 redialed 88
+// connections every time the window emptied); idle connections close
+// after 90 s unused; there is no overall client Timeout and no
 // ResponseHeaderTimeout, because vLLM sends response headers together
 // with the first token, so a request queued behind a full batch looks
 // like a server that has not answered yet (Config.FirstTokenTimeout
@@ -230,8 +239,8 @@ func newHTTPClient() *http.Client {
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialer.DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   512,
+		MaxIdleConns:          0, // no limit over all hosts: a client talks to one
+		MaxIdleConnsPerHost:   maxIdlePerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

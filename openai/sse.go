@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // maxSSELine bounds one line of the event stream. A chunk normally holds
@@ -41,8 +42,45 @@ type sseReader struct {
 	done bool
 }
 
+// sseBufferSize is the read buffer of one stream. A chunk of a chat
+// stream is a few hundred bytes and the connection below has a buffer
+// of its own, so a small buffer costs no extra reads; a longer line
+// simply takes several.
+const sseBufferSize = 4 << 10
+
+// maxPooledScratch bounds the line and event buffers a reader keeps when
+// it goes back to the pool, so that one huge event does not pin its
+// memory for the life of the process.
+const maxPooledScratch = 64 << 10
+
+// sseReaders recycles readers, buffers included, across streams: a
+// worker opens one stream per prompt, and a fresh buffer per stream was
+// a third of all the bytes a run allocated.
+var sseReaders = sync.Pool{New: func() any {
+	return &sseReader{r: bufio.NewReaderSize(nil, sseBufferSize)}
+}}
+
+// newSSEReader returns a reader of r from the pool; release hands it
+// back.
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 32<<10)}
+	s := sseReaders.Get().(*sseReader)
+	s.r.Reset(r)
+	return s
+}
+
+// release returns s to the pool. Neither s nor any slice it returned
+// may be used after.
+func (s *sseReader) release() {
+	s.r.Reset(nil)
+	if cap(s.line) > maxPooledScratch {
+		s.line = nil
+	}
+	if cap(s.data) > maxPooledScratch {
+		s.data = nil
+	}
+	s.line, s.data = s.line[:0], s.data[:0]
+	s.pending, s.done = false, false
+	sseReaders.Put(s)
 }
 
 var doneMarker = []byte("[DONE]")

@@ -72,6 +72,7 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 // first data event (or [DONE]) is the first token for the watchdog.
 func (k *call) readStream(body io.Reader, s *streamState) error {
 	events := newSSEReader(body)
+	defer events.release()
 	for {
 		data, done, err := events.next()
 		if err == nil {
@@ -117,34 +118,65 @@ type streamState struct {
 	// chunks; nil unless the server sent them.
 	promptTokenIDs []int
 	tokenIDs       []int
+	// dec decodes the chunks.
+	dec chunkDecoder
 }
 
 // streamChunk is one data chunk of a chat completion stream, or an error
 // object sent in its place.
 type streamChunk struct {
-	ID                string `json:"id"`
-	Model             string `json:"model"`
-	SystemFingerprint string `json:"system_fingerprint"`
-	Choices           []struct {
-		Index        int       `json:"index"`
-		Delta        textParts `json:"delta"`
-		FinishReason *string   `json:"finish_reason"`
-		// TokenIDs are the ids of this chunk's tokens (vLLM's
-		// return_token_ids).
-		TokenIDs []int `json:"token_ids"`
-	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	ID                string         `json:"id"`
+	Model             string         `json:"model"`
+	SystemFingerprint string         `json:"system_fingerprint"`
+	Choices           []streamChoice `json:"choices"`
+	Usage             *Usage         `json:"usage"`
 	// PromptTokenIDs comes with the first chunk when the request had
 	// return_token_ids.
 	PromptTokenIDs []int `json:"prompt_token_ids"`
 	errorEnvelope
 }
 
+// streamChoice is one choice of a chunk.
+type streamChoice struct {
+	Index        int       `json:"index"`
+	Delta        textParts `json:"delta"`
+	FinishReason *string   `json:"finish_reason"`
+	// TokenIDs are the ids of this chunk's tokens (vLLM's
+	// return_token_ids).
+	TokenIDs []int `json:"token_ids"`
+}
+
 // event handles the data of one event. The data normally holds one JSON
-// chunk; several, one per line, are accepted from servers that leave out
-// the blank lines between events.
+// chunk; several, one after another (usually one per line), are accepted
+// from servers that leave out the blank lines between events. Chunks are
+// decoded by the stream's chunkDecoder; from the first it declines on,
+// encoding/json decodes the rest, so the outcome is encoding/json's.
 func (s *streamState) event(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
+	rest := data
+	for {
+		rest = bytes.TrimLeft(rest, " \t\r\n")
+		if len(rest) == 0 {
+			return nil
+		}
+		if rest[0] != '{' {
+			return s.decodeEvent(data, rest)
+		}
+		var chunk streamChunk
+		n, ok := s.dec.decode(rest, &chunk)
+		if !ok {
+			return s.decodeEvent(data, rest)
+		}
+		rest = rest[n:]
+		if err := s.take(&chunk); err != nil {
+			return err
+		}
+	}
+}
+
+// decodeEvent handles the chunks in rest, the end of the event data,
+// with encoding/json.
+func (s *streamState) decodeEvent(data, rest []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(rest))
 	for {
 		var chunk streamChunk
 		err := dec.Decode(&chunk)
@@ -156,12 +188,21 @@ func (s *streamState) event(data []byte) error {
 			return fmt.Errorf("%w: chunk %d is not valid JSON (%w): %s",
 				errMalformed, s.chunks+1, err, snippet)
 		}
-		s.chunks++
-		if obj := chunk.errorFrom(); obj != nil {
-			return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.secrets))
+		if err := s.take(&chunk); err != nil {
+			return err
 		}
-		s.chunk(&chunk)
 	}
+}
+
+// take counts one decoded chunk and folds it into the state, or returns
+// the error object it carries.
+func (s *streamState) take(chunk *streamChunk) error {
+	s.chunks++
+	if obj := chunk.errorFrom(); obj != nil {
+		return fmt.Errorf("after %d chunks: %w", s.chunks-1, apiErrorFrom(0, obj, s.secrets))
+	}
+	s.chunk(chunk)
+	return nil
 }
 
 // chunk folds one decoded chunk into the state.

@@ -103,16 +103,17 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 	last := w.maxDeliver > 0 && d.attempt >= w.maxDeliver
 	down, _ := w.breaker.isOpen()
 	what, reason := decide(err, last, down)
-	log := w.log.With("subject", d.msg.Subject(), "delivery", d.attempt)
+	attrs := []any{"subject", d.msg.Subject(), "delivery", d.attempt}
 	if j != nil {
-		log = log.With("id", j.p.ID)
+		attrs = append(attrs, "id", j.p.ID)
 		if j.p.Sample > 0 {
-			log = log.With("sample", j.p.Sample)
+			attrs = append(attrs, "sample", j.p.Sample)
 		}
 		if j.failed > 0 {
-			log = log.With("turn", j.failed)
+			attrs = append(attrs, "turn", j.failed)
 		}
 	}
+	log := withLazy(w.log, attrs...)
 	var delay time.Duration
 	if what == retry {
 		what, reason, delay = w.countAgainst(ctx, j, d.attempt, err, log)
