@@ -17,9 +17,13 @@ import (
 // `aerie work --window 200`, `aerie aggregate --exit-when-done` and
 // `aerie produce`, each its own process, through whole runs of the sizes
 // in AERIE_RSS_PROMPTS (comma-separated prompt counts, e.g.
-// 25000,1000000), and prints a table of them. It is skipped without
+// 25000,1000000), and prints a table of them. Then it starts the
+// aggregator again on the finished run, which rebuilds from the files
+// everything it keeps of the run ("restart"). It is skipped without
 // that variable; `make rss` sets it. AERIE_RSS_BIN measures another
-// build of aerie instead of this one's.
+// build of aerie instead of this one's; AERIE_RSS_RESTART_BINS
+// (comma-separated) restarts the aggregators of other builds too on the
+// finished run, to compare them on the same files.
 //
 // The backend is `aerie sim` at a speed that makes it almost free, so the
 // run costs aerie's own work; the NATS server runs inside the test with a
@@ -42,14 +46,20 @@ func TestPeakRSS(t *testing.T) {
 	if bin == "" {
 		bin = buildAerie(t)
 	}
+	restartBins := []string{bin}
+	if s := os.Getenv("AERIE_RSS_RESTART_BINS"); s != "" {
+		restartBins = append(restartBins, strings.Split(s, ",")...)
+	}
 	var rows []rssRow
 	for _, n := range ns {
-		rows = append(rows, measureRSS(t, bin, n))
+		r := measureRSS(t, bin, restartBins, n)
+		t.Logf("%d prompts: %s", n, r.line())
+		rows = append(rows, r)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\npeak RSS (MiB)\n%-9s %10s %14s %12s %9s\n", "prompts", "work(w200)", "aggregate", "produce", "wall")
+	fmt.Fprintf(&b, "\npeak RSS (MiB) of %s\n", bin)
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-9d %10.1f %14.1f %12.1f %9s\n", r.n, r.work, r.aggregate, r.produce, r.wall.Round(time.Second))
+		fmt.Fprintf(&b, "%9d prompts: %s\n", r.n, r.line())
 	}
 	t.Log(b.String())
 }
@@ -57,12 +67,22 @@ func TestPeakRSS(t *testing.T) {
 type rssRow struct {
 	n                        int
 	work, aggregate, produce float64 // MiB
+	restart                  []float64
+	restartBins              []string
 	wall                     time.Duration
+}
+
+func (r rssRow) line() string {
+	s := fmt.Sprintf("work --window 200 %.1f, aggregate %.1f, produce %.1f (run %s)", r.work, r.aggregate, r.produce, r.wall.Round(time.Second))
+	for i, v := range r.restart {
+		s += fmt.Sprintf("; aggregate restarted on the finished run (%s) %.1f", r.restartBins[i], v)
+	}
+	return s
 }
 
 // measureRSS runs n prompts through one worker and one aggregator and
 // returns each process's peak RSS.
-func measureRSS(t *testing.T, bin string, n int) rssRow {
+func measureRSS(t *testing.T, bin string, restartBins []string, n int) rssRow {
 	dir := t.TempDir()
 	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, SyncInterval: time.Minute})
 	if err != nil {
@@ -95,7 +115,13 @@ func measureRSS(t *testing.T, bin string, n int) rssRow {
 	work.wait(t, time.Minute)
 	_ = sim.cmd.Process.Signal(syscall.SIGTERM)
 	sim.wait(t, time.Minute)
-	return rssRow{n: n, work: maxRSS(work), aggregate: maxRSS(agg), produce: maxRSS(prod), wall: wall}
+	r := rssRow{n: n, work: maxRSS(work), aggregate: maxRSS(agg), produce: maxRSS(prod), wall: wall, restartBins: restartBins}
+	for _, b := range restartBins {
+		again := aerie(t, b, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "2s")
+		again.wait(t, budget)
+		r.restart = append(r.restart, maxRSS(again))
+	}
+	return r
 }
 
 // maxRSS is an exited process's peak resident set size in MiB (Linux
