@@ -114,7 +114,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 
-# Peak RSS (ru_maxrss) of one worker (window 200), the aggregator and
+# Peak RSS (VmHWM) of one worker (window 200), the aggregator and
 # the producer, each its own process, through whole runs of RSS_PROMPTS
 # prompts (comma-separated sizes) against the simulator at a speed that
 # makes it almost free, then of the aggregator restarted on each finished

@@ -13,7 +13,7 @@ import (
 	"github.com/aerie-dev/aerie/broker"
 )
 
-// TestPeakRSS measures the peak resident set size (ru_maxrss) of one
+// TestPeakRSS measures the peak resident set size (VmHWM) of one
 // `aerie work --window 200`, `aerie aggregate --exit-when-done` and
 // `aerie produce`, each its own process, through whole runs of the sizes
 // in AERIE_RSS_PROMPTS (comma-separated prompt counts, e.g.
@@ -29,6 +29,12 @@ import (
 // run costs aerie's own work; the NATS server runs inside the test with a
 // one-minute sync interval rather than an fsync per message, which
 // changes how fast the run goes but not what each process holds.
+//
+// The peak is each process's VmHWM, read from /proc while it runs, not
+// the ru_maxrss its parent gets: Go starts processes with vfork, and
+// Linux records the parent's own peak as the child's at exec, so
+// ru_maxrss would report this test's memory (the NATS server's) for
+// every process it starts.
 func TestPeakRSS(t *testing.T) {
 	sizes := os.Getenv("AERIE_RSS_PROMPTS")
 	if sizes == "" {
@@ -45,6 +51,9 @@ func TestPeakRSS(t *testing.T) {
 	bin := os.Getenv("AERIE_RSS_BIN")
 	if bin == "" {
 		bin = buildAerie(t)
+	}
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("peak RSS is read from /proc/PID/status (Linux)")
 	}
 	restartBins := []string{bin}
 	if s := os.Getenv("AERIE_RSS_RESTART_BINS"); s != "" {
@@ -103,8 +112,11 @@ func measureRSS(t *testing.T, bin string, restartBins []string, n int) rssRow {
 	waitTCP(t, simAddr)
 	began := time.Now()
 	work := start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", "200", "--name", "w", "--grace", "2s")
+	workPeak := watchPeak(work)
 	agg := aerie(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "2s")
+	aggPeak := watchPeak(agg)
 	prod := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "64")
+	prodPeak := watchPeak(prod)
 	prod.wait(t, budget)
 	agg.wait(t, budget)
 	wall := time.Since(began)
@@ -115,21 +127,47 @@ func measureRSS(t *testing.T, bin string, restartBins []string, n int) rssRow {
 	work.wait(t, time.Minute)
 	_ = sim.cmd.Process.Signal(syscall.SIGTERM)
 	sim.wait(t, time.Minute)
-	r := rssRow{n: n, work: maxRSS(work), aggregate: maxRSS(agg), produce: maxRSS(prod), wall: wall, restartBins: restartBins}
+	r := rssRow{n: n, work: workPeak(), aggregate: aggPeak(), produce: prodPeak(), wall: wall, restartBins: restartBins}
 	for _, b := range restartBins {
 		again := aerie(t, b, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "2s")
+		peak := watchPeak(again)
 		again.wait(t, budget)
-		r.restart = append(r.restart, maxRSS(again))
+		r.restart = append(r.restart, peak())
 	}
 	return r
 }
 
-// maxRSS is an exited process's peak resident set size in MiB (Linux
-// reports ru_maxrss in KiB).
-func maxRSS(p *proc) float64 {
-	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0
+// watchPeak reads p's VmHWM (its peak resident set size) every 20ms
+// while it runs; the function it returns waits until p has exited and
+// returns the last value read, in MiB.
+func watchPeak(p *proc) func() float64 {
+	status := fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)
+	var kib int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			b, err := os.ReadFile(status)
+			if err != nil {
+				return // gone
+			}
+			_, hwm, found := strings.Cut(string(b), "VmHWM:")
+			if !found {
+				return // exited: a zombie has no memory left
+			}
+			fields := strings.Fields(hwm)
+			if len(fields) > 0 {
+				if v, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
+					kib = v
+				}
+			}
+			<-tick.C
+		}
+	}()
+	return func() float64 {
+		<-done
+		return float64(kib) / 1024
 	}
-	return float64(ru.Maxrss) / 1024
 }
