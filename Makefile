@@ -27,7 +27,7 @@ DATA     ?= ./data
 # FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench fuzz install clean image deploy-check deploy-schemas natscli browser eta-study
+.PHONY: build run test vet bench rss fuzz install clean image deploy-check deploy-schemas natscli browser eta-study
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -114,6 +114,20 @@ BENCHN   ?= 3
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
+
+# Peak RSS (VmHWM) of one worker (window 200), the aggregator and
+# the producer, each its own process, through whole runs of RSS_PROMPTS
+# prompts (comma-separated sizes) against the simulator at a speed that
+# makes it almost free, then of the aggregator restarted on each finished
+# run; prints a line per size. A million prompts takes about an hour on
+# two shared cores. RSS_BIN measures another build; RSS_RESTART_BINS
+# (absolute paths, comma-separated) restarts other builds' aggregators
+# on the same files, to compare.
+RSS_PROMPTS ?= 25000,1000000
+
+rss:
+	AERIE_RSS_PROMPTS=$(RSS_PROMPTS) AERIE_RSS_BIN=$(abspath $(RSS_BIN)) AERIE_RSS_RESTART_BINS=$(RSS_RESTART_BINS) \
+		$(GO) test -count=1 -v -timeout 3h -run '^TestPeakRSS$$' ./cmd/aerie/
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/aerie

@@ -70,8 +70,12 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	}
 	key := d.Unit().Key()
 	a.mu.Lock()
-	settled := a.completions.has(key) || a.failed.final(key)
+	settled, err := a.completions.has(key)
+	settled = settled || a.failed.final(key)
 	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("max-deliveries advisory: %w", err)
+	}
 	if settled {
 		return nil
 	}

@@ -279,8 +279,14 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 		a.completions.Close()
 		return fmt.Errorf("aggregator: %w", err)
 	}
-	for key := range a.failed.keys {
-		if a.completions.has(key) {
+	for key := range a.failed.failedAt {
+		done, err := a.completions.has(key)
+		if err != nil {
+			a.completions.Close()
+			a.failed.Close()
+			return fmt.Errorf("aggregator: %w", err)
+		}
+		if done {
 			a.est.Reopened(a.failed.markCompleted(key))
 		}
 	}

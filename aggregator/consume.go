@@ -117,7 +117,12 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 		}
 		written = append(written, m)
 		key := r.Unit().Key()
-		if a.completions.has(key) || seen[key] {
+		done, err := a.completions.has(key)
+		if err != nil {
+			a.mu.Unlock()
+			return err
+		}
+		if done || seen[key] {
 			continue
 		}
 		seen[key] = true
@@ -191,7 +196,11 @@ func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
 			d.ID = "subject:" + m.Subject()
 		}
 		key := d.Unit().Key()
-		if a.completions.has(key) || seen[key] {
+		done, err := a.completions.has(key)
+		if err != nil {
+			return err
+		}
+		if done || seen[key] {
 			continue
 		}
 		seen[key] = true

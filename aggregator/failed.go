@@ -15,7 +15,9 @@ import (
 type failedFile struct {
 	*jsonlFile
 	// failedAt is each line's failed_at, to tell a newer failure from a
-	// dead letter delivered again.
+	// dead letter delivered again. Its keys are the units with a line:
+	// failed units are few, so they are kept by key, and have no file
+	// read back to tell whether a unit has a line.
 	failedAt map[string]time.Time
 	// requests is how many of the run's requests (turns) each line
 	// accounts for in the throughput estimate, to take back as many when
@@ -65,7 +67,10 @@ func openFailed(path string, onLine func(failedHead) int) (*failedFile, error) {
 
 // final reports whether the unit with key is failed for good: it has a
 // line that is not on its way out.
-func (f *failedFile) final(key string) bool { return f.has(key) && !f.completed[key] }
+func (f *failedFile) final(key string) bool {
+	_, ok := f.failedAt[key]
+	return ok && !f.completed[key]
+}
 
 // count is the number of units failed for good.
 func (f *failedFile) count() int { return f.jsonlFile.count() - len(f.completed) }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,7 +28,10 @@ import (
 type jsonlFile struct {
 	path string
 	f    *os.File
-	keys map[string]struct{}
+	// index is the set of units with a line, by where each line starts.
+	index unitIndex
+	// lineBuf is reused by keyAt to read a line back.
+	lineBuf []byte
 	// rewrites counts whole-file rewrites, which tests keep few.
 	rewrites int
 }
@@ -38,11 +42,17 @@ type jsonlFile struct {
 // complete line's unit is loaded so that redelivered messages are skipped.
 // onLine, if not nil, sees each complete line.
 func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) {
+	return openIndexed(path, onLine, nil)
+}
+
+// openIndexed is openJSONL with the index's hash function (nil: its own);
+// tests give a tiny one to force collisions.
+func openIndexed(path string, onLine func(line []byte) error, hash func(string) uint64) (*jsonlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	j := &jsonlFile{path: path, f: f, keys: make(map[string]struct{})}
+	j := &jsonlFile{path: path, f: f, index: unitIndex{hash: hash}}
 	good, err := j.load(onLine)
 	if err != nil {
 		f.Close()
@@ -90,7 +100,15 @@ func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lr.Line(), err)
 		}
-		j.keys[key] = struct{}{}
+		// A unit's second line (a file put together by hand) is not
+		// indexed: the unit counts once, as it did when it was written.
+		if seen, err := j.has(key); err != nil {
+			return 0, err
+		} else if !seen {
+			if err := j.index.add(key, off); err != nil {
+				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
+			}
+		}
 		if onLine != nil {
 			if err := onLine(line); err != nil {
 				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
@@ -128,14 +146,47 @@ func unitOfKey(key string) schema.Unit {
 	return schema.Unit{ID: id, Sample: n}
 }
 
-// has reports whether the line of the unit with key is on disk.
-func (j *jsonlFile) has(key string) bool {
-	_, ok := j.keys[key]
-	return ok
+// has reports whether the line of the unit with key is on disk. It
+// fails only when a candidate line cannot be read back (see unitIndex).
+func (j *jsonlFile) has(key string) (bool, error) {
+	return j.index.find(key, func(off int64) (string, error) { return keyAt(j.f, j.path, off, &j.lineBuf) })
 }
 
-// count is the number of lines on disk.
-func (j *jsonlFile) count() int { return len(j.keys) }
+// count is the number of units with a line on disk.
+func (j *jsonlFile) count() int { return j.index.len() }
+
+// keyAt reads back the key of the line of f that starts at off, reading
+// no further than its end; buf is a buffer to reuse.
+func keyAt(f *os.File, path string, off int64, buf *[]byte) (string, error) {
+	b := (*buf)[:0]
+	if cap(b) > 1<<20 {
+		b = nil // do not pin the memory of one long line
+	}
+	chunk := 4 << 10
+	for {
+		n := len(b)
+		b = slices.Grow(b, chunk)[:n+chunk]
+		got, err := f.ReadAt(b[n:], off+int64(n))
+		b = b[:n+got]
+		if i := bytes.IndexByte(b[n:], '\n'); i >= 0 {
+			b = b[:n+i]
+			break
+		}
+		if err != nil || len(b) > dataset.MaxLineBytes+1 {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = errors.New("no line ends there")
+			}
+			return "", fmt.Errorf("read back the line at byte %d of %s: %w", off, path, err)
+		}
+		chunk = min(2*chunk, 1<<20)
+	}
+	*buf = b
+	u, _, err := dataset.LineUnit(bytes.TrimSuffix(b, []byte("\r")))
+	if err != nil {
+		return "", fmt.Errorf("read back the line at byte %d of %s: %w", off, path, err)
+	}
+	return u.Key(), nil
+}
 
 // appendLines writes lines (each ending in '\n') and fsyncs. Only when it
 // returns nil are their units (keys) recorded as written. On error the
@@ -144,6 +195,12 @@ func (j *jsonlFile) count() int { return len(j.keys) }
 func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
 	if buf.Len() == 0 {
 		return nil
+	}
+	if n := bytes.Count(buf.Bytes(), []byte("\n")); n != len(keys) {
+		return fmt.Errorf("append to %s: %d lines for %d units", j.path, n, len(keys))
+	}
+	if j.index.len()+len(keys) > maxIndexLines {
+		return fmt.Errorf("append to %s: %w", j.path, errIndexFull)
 	}
 	start, err := j.f.Seek(0, io.SeekCurrent)
 	if err != nil {
@@ -159,8 +216,15 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
 		_, _ = j.f.Seek(start, io.SeekStart)
 		return fmt.Errorf("append to %s: %w", j.path, err)
 	}
+	off := start
+	rest := buf.Bytes()
 	for _, key := range keys {
-		j.keys[key] = struct{}{}
+		if err := j.index.add(key, off); err != nil {
+			return fmt.Errorf("append to %s: %w", j.path, err) // not reached: checked above
+		}
+		n := bytes.IndexByte(rest, '\n') + 1
+		off += int64(n)
+		rest = rest[n:]
 	}
 	return nil
 }
@@ -194,6 +258,17 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 	}
 	lr := dataset.NewLineReader(j.f, dataset.MaxLineBytes)
 	w := bufio.NewWriterSize(tmp, 1<<20)
+	// The new file's index, built as it is written: a candidate is read
+	// back from the new file once what is buffered is written.
+	index := unitIndex{hash: j.index.hash}
+	var tmpBuf []byte
+	tmpKeyAt := func(off int64) (string, error) {
+		if err := w.Flush(); err != nil {
+			return "", err
+		}
+		return keyAt(tmp, tmp.Name(), off, &tmpBuf)
+	}
+	var written int64
 	for {
 		line, ended, _, err := lr.Next()
 		if err != nil || !ended {
@@ -207,6 +282,13 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 			line = bytes.TrimSuffix(repl, []byte("\n"))
 		}
 		if !drop[key] {
+			if seen, err := index.find(key, tmpKeyAt); err != nil {
+				return fail(err)
+			} else if !seen {
+				if err := index.add(key, written); err != nil {
+					return fail(err)
+				}
+			}
 			_, werr := w.Write(line)
 			if werr == nil {
 				werr = w.WriteByte('\n')
@@ -214,6 +296,7 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 			if werr != nil {
 				return fail(werr)
 			}
+			written += int64(len(line)) + 1
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -231,9 +314,7 @@ func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) err
 	if _, err := j.f.Seek(0, io.SeekEnd); err != nil {
 		return fmt.Errorf("rewrite %s: %w", j.path, err)
 	}
-	for key := range drop {
-		delete(j.keys, key)
-	}
+	j.index = index
 	return nil
 }
 

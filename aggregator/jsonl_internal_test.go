@@ -29,7 +29,7 @@ func TestOpenJSONLLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range []schema.Unit{{ID: "a"}, {ID: "a", Sample: 2}, {ID: "b"}} {
-		if !j.has(u.Key()) {
+		if ok, err := j.has(u.Key()); !ok || err != nil {
 			t.Errorf("unit %+v not loaded", u)
 		}
 	}

@@ -30,7 +30,7 @@ func (a *Aggregator) refresh(ctx context.Context) error {
 	// line replaced meanwhile (a newer failure) is left alone below.
 	a.mu.Lock()
 	gone := map[string]time.Time{}
-	for key := range a.failed.keys {
+	for key := range a.failed.failedAt {
 		if a.failed.final(key) && !tokens[tokenOfLine(key)] {
 			gone[key] = a.failed.failedAt[key]
 		}
