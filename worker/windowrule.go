@@ -119,11 +119,21 @@ const (
 
 // windowRule sizes a worker's window from its backend's load: every
 // running slot busy, and only a small queue (the allowance) inside the
-// server. It is a pure function of the readings, the window and what the
-// worker has at the backend, so that it can be tested on its own.
+// server. It is a pure function of the readings it has been given, the
+// window and what the worker has at the backend, so that it can be
+// tested on its own. The zero value bounds the window by
+// DefaultMaxWindow.
 type windowRule struct {
 	// Max bounds the window; zero means DefaultMaxWindow.
 	Max int
+
+	// prev is the reading before, nil before the first.
+	prev *backendLoad
+	// ceiling is the most requests seen running while others waited: the
+	// server's batch as far as it is known (0 while unknown). Past it the
+	// window grows by one a reading, not by half: a queue seen empty for
+	// a moment, as a finished sequence is replaced, is no sign of room.
+	ceiling float64
 }
 
 // allowance is the queue kept inside a server running `running`.
@@ -131,25 +141,28 @@ func allowance(running float64) float64 {
 	return max(minQueue, math.Ceil(queueShare*running))
 }
 
-// next returns the window after reading now, given the window cur, the
-// requests this worker has at the backend (ours) and the reading before
-// (nil for the first), and says why it changed ("" when it did not):
+// next returns the window after reading now, given the window cur and
+// the requests this worker has at the backend (ours), and says why it
+// changed ("" when it did not):
 //
 //   - the engine preempted sequences since the last reading: shrink to
 //     our share of those running, and by a tenth at least;
-//   - more requests wait than the allowance: shrink toward our share of
-//     running plus the allowance (never cutting a running request: the
+//   - more requests wait than the allowance, at this reading and the one
+//     before: shrink toward our share of running plus the allowance (never cutting a running request: the
 //     window only stops new pulls);
 //   - nothing waits, the KV cache is below its high-water mark and the
 //     window is what limits us (our requests fill it, up to half the
 //     allowance): grow by half, so a large server fills in a few
-//     readings;
+//     readings, up to the known batch plus the allowance, and by one
+//     past it;
 //   - otherwise (a queue within the allowance) keep it.
 //
 // Our share is ours over running plus waiting: with several workers on
 // one server each gives up its part of the queue. The result is between
 // 1 and Max.
-func (r windowRule) next(cur, ours int, prev *backendLoad, now backendLoad) (int, string) {
+func (r *windowRule) next(cur, ours int, now backendLoad) (int, string) {
+	prev := r.prev
+	r.prev = &now
 	limit := r.Max
 	if limit <= 0 {
 		limit = DefaultMaxWindow
@@ -159,16 +172,34 @@ func (r windowRule) next(cur, ours int, prev *backendLoad, now backendLoad) (int
 	if total := now.Running + now.Waiting; total > 0 {
 		share = min(1, float64(ours)/total)
 	}
-	allow := allowance(now.Running)
+	// A request that has just arrived waits for the engine's next step
+	// even on a server with free slots: the queue that counts is the one
+	// that lasted from the reading before to this one, and the batch the
+	// larger of the two readings'.
+	queued, running := now.Waiting, now.Running
+	if prev != nil {
+		queued, running = min(queued, prev.Waiting), max(running, prev.Running)
+	}
+	allow := allowance(running)
+	switch {
+	case queued > 0:
+		r.ceiling = max(r.ceiling, running)
+	case now.Waiting == 0 && now.Running > r.ceiling:
+		r.ceiling = 0 // more run than we thought fit: unknown again
+	}
 	switch {
 	case prev != nil && now.Preemptions > prev.Preemptions && ours > 0:
 		n := clamp(min(int(math.Floor(share*now.Running)), int(math.Floor(0.9*float64(cur)))))
 		return n, reasonIf(n != cur, "preemptions")
-	case now.Waiting > allow && ours > 0:
-		n := clamp(min(cur, int(math.Ceil(share*(now.Running+allow)))))
+	case queued > allow && ours > 0:
+		n := clamp(min(cur, int(math.Ceil(share*(running+allow)))))
 		return n, reasonIf(n != cur, "requests waiting")
 	case now.Waiting == 0 && now.KVUsage < kvHighWater && float64(ours)+allow/2 >= float64(cur):
-		n := clamp(max(cur+1, int(math.Ceil(1.5*float64(cur)))))
+		n := max(cur+1, int(math.Ceil(1.5*float64(cur))))
+		if r.ceiling > 0 {
+			n = max(cur+1, min(n, int(math.Ceil(r.ceiling+allowance(r.ceiling)))))
+		}
+		n = clamp(n)
 		return n, reasonIf(n != cur, "free slots")
 	}
 	return clamp(cur), reasonIf(clamp(cur) != cur, "bounds")

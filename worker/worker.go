@@ -141,6 +141,9 @@ type Stats struct {
 	// MaxGenerating is the most requests this worker has had at its
 	// backend at once: never more than its window.
 	MaxGenerating int
+	// Window is the window's size now: Config.Window, or what an
+	// automatic window has made it.
+	Window int
 	// Turns counts the answers generated and kept: one per completed
 	// prompt with --turns last, one per turn with --turns all.
 	Turns int64
@@ -152,7 +155,7 @@ type Stats struct {
 func (w *Worker) Stats() Stats {
 	held, maxHeld := w.win.holding()
 	return Stats{
-		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()),
+		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
 		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
@@ -215,14 +218,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	// With --turns all a worker holds up to twice its window: the
 	// conversations between two turns as well as those generating.
 	mayHold := w.cfg.Window
+	if w.cfg.AutoWindow {
+		mayHold = w.cfg.MaxWindow
+	}
 	if m.TurnsMode() == schema.TurnsAll {
-		mayHold = 2 * w.cfg.Window
+		mayHold *= 2
 	}
 	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
 		w.log.Warn("consumer MaxAckPending is below what this worker may hold; the window cannot fill",
 			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window, "may_hold", mayHold)
 	}
-	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window, "turns", m.TurnsMode(),
+	window := any(w.cfg.Window)
+	if w.cfg.AutoWindow {
+		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
+	}
+	w.log.Info("worker started", "model", m.Model, "window", window, "turns", m.TurnsMode(),
 		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
 
 	// work ends Config.Grace after ctx: in-flight requests are then
@@ -232,6 +242,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeats(work) }()
 	go w.breaker.run(work)
+	if w.cfg.AutoWindow {
+		go w.sizeWindow(work)
+	}
 
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
@@ -269,7 +282,7 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 	var failures int
 	for {
 		w.breaker.wait(ctx)
-		n := w.win.acquirePull(ctx, w.cfg.Window)
+		n := w.win.acquirePull(ctx, w.win.capacity())
 		if n == 0 {
 			return
 		}
