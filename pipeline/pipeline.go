@@ -59,6 +59,13 @@ type Config struct {
 	// Workers and Window: defaults 1 and worker.DefaultWindow.
 	Workers int
 	Window  int
+	// AutoWindow, MaxWindow, WindowPoll and HandBackAfter are each
+	// worker's settings of the same names in worker.Config: zero values
+	// keep Window fixed and take the worker's defaults.
+	AutoWindow    bool
+	MaxWindow     int
+	WindowPoll    time.Duration
+	HandBackAfter time.Duration
 	Grace   time.Duration
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).
