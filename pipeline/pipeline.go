@@ -66,7 +66,7 @@ type Config struct {
 	MaxWindow     int
 	WindowPoll    time.Duration
 	HandBackAfter time.Duration
-	Grace   time.Duration
+	Grace         time.Duration
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).
 	NATSSyncInterval time.Duration
