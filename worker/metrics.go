@@ -24,7 +24,9 @@ const (
 	// 400 before streaming, attempts used up, an undecodable prompt).
 	OutcomePermanent = "permanent"
 	// OutcomeHandedBack: given back without counting against the prompt:
-	// the backend is down or the worker is stopping.
+	// the backend is down, the worker is stopping, or, at the end of a
+	// run, the prompt waited without a first token while another worker
+	// was idle.
 	OutcomeHandedBack = "handed_back"
 )
 
@@ -69,7 +71,7 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_outcomes_total",
-			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down or worker stopping).",
+			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down, worker stopping, or waiting without a first token at the end of the run while another worker was idle).",
 			ConstLabels: labels,
 		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -66,9 +66,14 @@ func (s *window) setHeldCap(n int) {
 // once, to the waiting turns first; shrinking takes effect as slots are
 // given back. The held cap keeps its ratio to the size.
 func (s *window) resize(n int) {
-	n = max(n, 1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.resizeLocked(n)
+}
+
+// resizeLocked is resize with s.mu held.
+func (s *window) resizeLocked(n int) {
+	n = max(n, 1)
 	if n == s.size {
 		return
 	}
@@ -81,6 +86,25 @@ func (s *window) resize(n int) {
 		s.free--
 	}
 	s.signal()
+}
+
+// shrinkBy makes the window k slots smaller than the slots taken now,
+// if that is smaller than it is: as many slots as are given back next
+// are retired instead of freed (at least 1 slot stays).
+func (s *window) shrinkBy(k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := max(1, s.size-max(s.free, 0)-k); n < s.size {
+		s.resizeLocked(n)
+	}
+}
+
+// pulling reports whether a pull is open: messages asked for and not
+// received.
+func (s *window) pulling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending > 0
 }
 
 // capacity is the window's size now.

@@ -61,6 +61,12 @@ type Worker struct {
 	deadLettered atomic.Int64
 	retried      atomic.Int64
 	handedBack   atomic.Int64 // prompts handed back during outages
+	// tailHandedBack counts prompts handed back at the end of a run for
+	// an idle worker (tail.go); ttfts are the backend's recent times to
+	// first token, and peers the other workers' last heartbeats.
+	tailHandedBack atomic.Int64
+	ttfts          ttftWindow
+	peers          peers
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -89,6 +95,15 @@ type Worker struct {
 // flight is one request being generated.
 type flight struct {
 	tokens atomic.Int64
+	// state says whether the request may still be handed back at the end
+	// of a run: waiting for its first token, streaming, or handed back
+	// (see tail.go). sent and cancel are set as each request is sent;
+	// last marks the prompt's last delivery, never handed back.
+	state  atomic.Int32
+	last   bool
+	mu     sync.Mutex
+	sent   time.Time
+	cancel context.CancelCauseFunc
 }
 
 // New returns a worker; js must be connected and backend ready.
@@ -134,7 +149,10 @@ type Stats struct {
 	// HandedBack counts prompts handed back because the backend was down;
 	// Paused is the total time spent with the breaker open.
 	HandedBack int64
-	Paused     time.Duration
+	// TailHandedBack counts prompts handed back at the end of a run,
+	// without a first token, for an idle worker to take.
+	TailHandedBack int64
+	Paused         time.Duration
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
@@ -158,7 +176,7 @@ func (w *Worker) Stats() Stats {
 		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
-		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
+		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), Paused: w.breaker.pausedFor(),
 		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
 }
@@ -245,6 +263,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.AutoWindow {
 		go w.sizeWindow(work)
 	}
+	if w.cfg.HandBackAfter > 0 {
+		go w.handBackTail(work, cons)
+	}
 
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
@@ -268,7 +289,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.publishHeartbeat() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
-		"handed_back", s.HandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
+		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
 	return nil
 }
 
