@@ -16,7 +16,7 @@ import (
 // endless is a config whose answers outlast any test, so requests stay
 // in the engine until the test cancels them.
 func endless(maxSeqs int) Config {
-	return Config{MaxNumSeqs: maxSeqs, Speed: 1, OutputMedian: 100_000, OutputSigma: 0.01, KVCacheTokens: 1000}
+	return Config{MaxNumSeqs: maxSeqs, Speed: 1, OutputMedian: 100_000, OutputSigma: 0.01}
 }
 
 func TestContinuousBatching(t *testing.T) {
@@ -52,8 +52,8 @@ func TestContinuousBatching(t *testing.T) {
 	if r, w := ts.scrape(t, "vllm:num_requests_running"), ts.scrape(t, "vllm:num_requests_waiting"); r != 4 || w != 6 {
 		t.Errorf("metrics: running %v waiting %v, want 4 and 6", r, w)
 	}
-	// With a tiny cache the four running prompts show up in the gauge
-	// once their prefill has run.
+	// The four running sequences show up in the gauge once their
+	// prefill has run.
 	eventually(t, 10*time.Second, "kv cache in use", func() bool {
 		kv := ts.scrape(t, "vllm:kv_cache_usage_perc")
 		if kv > 1 {

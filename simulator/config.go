@@ -39,7 +39,7 @@ const (
 	DefaultOutputMedian    = 1400
 	DefaultOutputSigma     = 0.95
 	DefaultReasoningShare  = 0.75
-	DefaultKVCacheTokens   = 1_000_000
+	DefaultKVCacheTokens   = 1_250_000
 )
 
 // Config describes the simulated server. The zero value of every field
@@ -96,13 +96,16 @@ type Config struct {
 	// about 33 tokens/s for a lone sequence and 20 tokens/s each (4,000
 	// tokens/s in all) at a batch of 200. On the calibration hardware
 	// about half of a step is all-reduce over PCIe, which does not
-	// shrink with the batch, hence the large base.
+	// shrink with the batch, hence the large base. A negative StepPerSeq
+	// means none: every step takes StepBase, as for a server whose
+	// decode time per token is flat up to MaxNumSeqs.
 	StepBase, StepPerSeq time.Duration
 
 	// PrefillPerToken is the engine time spent per prompt token. Prefill
 	// runs in chunks inside decode steps (chunked prefill, 8,192 tokens
 	// per step), so a burst of new prompts slows every running sequence.
-	// Default 140µs, about 7,000 prompt tokens/s.
+	// Default 140µs, about 7,000 prompt tokens/s. A negative value means
+	// prompts cost nothing.
 	PrefillPerToken time.Duration
 
 	// OutputMedian and OutputSigma shape the answer length: lognormal
@@ -120,11 +123,17 @@ type Config struct {
 	// reasoning at all.
 	ReasoningShare float64
 
-	// KVCacheTokens is the KV cache capacity in tokens, used only for
-	// vllm:kv_cache_usage_perc (tokens held by running sequences over
-	// this, at most 1). Admission is not limited by it and nothing is
-	// preempted. Default 1,000,000, so the calibrated steady state
-	// (about 740,000 tokens held) reads about 0.7.
+	// KVCacheTokens is the KV cache capacity in tokens (vLLM logs it at
+	// start as "GPU KV cache size"), held in blocks of 16 tokens. A
+	// waiting request is admitted only when the blocks of its first
+	// prompt chunk fit; a decode step that needs blocks the cache lacks
+	// preempts the most recently admitted running request, which goes
+	// back to the front of the queue and later prefills its prompt and
+	// what it had generated again (vLLM's recompute preemption). It
+	// must hold one sequence of MaxModelLen, as vLLM refuses to start
+	// otherwise. Default 1,250,000: the calibrated steady state (about
+	// 740,000 tokens held) reads about 0.6, and its peaks (under 970,000
+	// tokens over 25,000-prompt runs) never preempt.
 	KVCacheTokens int
 
 	// Faults injects errors, hangs, disconnects, slow first bytes and
@@ -206,12 +215,6 @@ func (c Config) Validate() error {
 	if c.StepBase <= 0 {
 		bad("step base must be > 0, got %v", c.StepBase)
 	}
-	if c.StepPerSeq < 0 {
-		bad("step per seq must be >= 0, got %v", c.StepPerSeq)
-	}
-	if c.PrefillPerToken < 0 {
-		bad("prefill per token must be >= 0, got %v", c.PrefillPerToken)
-	}
 	if c.OutputMedian < 1 {
 		bad("output median must be >= 1, got %d", c.OutputMedian)
 	}
@@ -223,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if c.KVCacheTokens < 1 {
 		bad("kv cache tokens must be >= 1, got %d", c.KVCacheTokens)
+	} else if c.KVCacheTokens < c.MaxModelLen {
+		bad("kv cache tokens (%d) cannot hold one sequence of max model len (%d); raise kv cache tokens or lower max model len",
+			c.KVCacheTokens, c.MaxModelLen)
 	}
 	errs = append(errs, c.Faults.validate()...)
 	return errors.Join(errs...)

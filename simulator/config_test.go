@@ -43,6 +43,7 @@ func TestValidate(t *testing.T) {
 		{"sigma", func(c *Config) { c.OutputSigma = 9 }, "output sigma must be in [0, 5], got 9"},
 		{"share", func(c *Config) { c.ReasoningShare = 1 }, "reasoning share must be < 1, got 1"},
 		{"kv", func(c *Config) { c.KVCacheTokens = -1 }, "kv cache tokens must be >= 1"},
+		{"kv below context", func(c *Config) { c.KVCacheTokens = 1000 }, "kv cache tokens (1000) cannot hold one sequence of max model len (262144)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"container/heap"
 	"container/list"
 	"context"
 	"errors"
@@ -49,19 +48,24 @@ type engine struct {
 	cfg  Config
 	kick chan struct{} // wakes an idle loop when work arrives
 
-	mu             sync.Mutex
-	started        bool
-	stopped        bool
-	waiting        list.List // of *sequence, FIFO
-	prefilling     list.List // of *sequence, FIFO
-	prefillPending int       // prompt tokens left across prefilling
-	decoding       decodeHeap
-	running        int           // prefilling + decoding
-	steps          int64         // decode steps run so far
-	credit         time.Duration // simulated time not yet spent on steps
-	clock          time.Duration // simulated time spent on steps
-	ticks          int64
-	fresh          []*sequence // got their first token this tick
+	mu         sync.Mutex
+	started    bool
+	stopped    bool
+	waiting    list.List // of *sequence, FIFO; the preempted go first
+	prefilling list.List // of *sequence, in admission order
+	decoding   decodeHeap
+	order      list.List     // running (prefilling + decoding), in admission order
+	steps      int64         // decode steps run so far
+	credit     time.Duration // simulated time not yet spent on steps
+	clock      time.Duration // simulated time spent on steps
+	ticks      int64
+	fresh      []*sequence // got their first token this tick
+
+	// KV cache, in blocks of kvBlockSize tokens (see kv.go).
+	kvCap, kvBlocks int              // capacity, held by running sequences
+	decodeBuckets   [kvBlockSize]int // decoding sequences by block offset
+	preempting      bool             // the step being scheduled preempted
+	preemptionTotal int64            // preemptions so far
 
 	generated, promptTotal int64
 	finished               map[string]int64 // by finish reason
@@ -77,6 +81,7 @@ func newEngine(cfg Config) *engine {
 	return &engine{
 		cfg:      cfg,
 		kick:     make(chan struct{}, 1),
+		kvCap:    blocksFor(cfg.KVCacheTokens),
 		finished: map[string]int64{finishStop: 0, finishLength: 0},
 	}
 }
@@ -112,16 +117,15 @@ func (e *engine) cancel(s *sequence) {
 	case phaseWaiting:
 		e.waiting.Remove(s.elem)
 	case phasePrefilling:
-		e.prefilling.Remove(s.elem)
-		e.prefillPending -= s.prefillLeft
-		e.running--
+		e.stopPrefilling(s)
+		e.order.Remove(s.runElem)
 	case phaseDecoding:
-		heap.Remove(&e.decoding, s.heapIndex)
-		e.running--
+		e.stopDecoding(s)
+		e.order.Remove(s.runElem)
 	default: // never submitted, or already finished
 		return
 	}
-	s.elem = nil
+	s.elem, s.runElem = nil, nil
 	s.phase = phaseDone
 	e.aborted++
 }
@@ -167,7 +171,7 @@ func (e *engine) run(ctx context.Context) error {
 func (e *engine) idle() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.waiting.Len() == 0 && e.running == 0
+	return e.waiting.Len() == 0 && e.order.Len() == 0
 }
 
 // tick advances simulated time by wall*Speed and publishes progress.
@@ -196,63 +200,51 @@ func (e *engine) tick(wall time.Duration) {
 // costs StepBase + StepPerSeq*batch plus PrefillPerToken for the prompt
 // tokens it reads, and gives every decoding sequence one token.
 func (e *engine) advance() {
+	perSeq, perToken := max(e.cfg.StepPerSeq, 0), max(e.cfg.PrefillPerToken, 0)
 	for range maxStepsPerTick {
-		e.admit()
-		batch := len(e.decoding)
-		if batch == 0 && e.prefilling.Len() == 0 {
+		batch, chunk := e.schedule()
+		if batch == 0 && chunk == 0 {
 			e.credit = 0
+			e.preempting = false
 			return
 		}
-		chunk := 0
-		if e.prefillPending > 0 {
-			chunk = min(e.prefillPending, max(prefillChunkTokens-batch, minPrefillChunk))
-		}
-		cost := e.cfg.StepBase + e.cfg.StepPerSeq*time.Duration(batch) +
-			e.cfg.PrefillPerToken*time.Duration(chunk)
+		cost := e.cfg.StepBase + perSeq*time.Duration(batch) + perToken*time.Duration(chunk)
 		if cost > e.credit {
 			return
 		}
 		e.credit -= cost
 		e.clock += cost
+		e.kvBlocks += e.decodeBlocksNeeded()
 		e.steps++
 		e.generated += int64(batch)
 		e.prefill(chunk)
 		e.finishDue()
+		e.preempting = false
 	}
 	// The host could not keep up with Speed: let simulated time slip.
 	e.credit = 0
 }
 
-// admit moves waiting sequences into free slots, oldest first.
-func (e *engine) admit() {
-	for e.running < e.cfg.MaxNumSeqs && e.waiting.Len() > 0 {
-		s := e.waiting.Remove(e.waiting.Front()).(*sequence)
-		s.phase = phasePrefilling
-		s.prefillLeft = s.prompt
-		s.elem = e.prefilling.PushBack(s)
-		e.prefillPending += s.prompt
-		e.running++
-	}
-}
-
-// prefill reads n prompt tokens, oldest prompt first. A prompt read to
-// the end yields its first token in this step, as in vLLM.
+// prefill reads n prompt tokens, oldest admission first, taking the
+// blocks they fill. A prompt read to the end yields its next token in
+// this step, as in vLLM.
 func (e *engine) prefill(n int) {
 	for n > 0 && e.prefilling.Len() > 0 {
 		s := e.prefilling.Front().Value.(*sequence)
 		used := min(n, s.prefillLeft)
+		done := s.prompt + s.kept - s.prefillLeft
+		e.kvBlocks += blocksFor(done+used) - blocksFor(done)
 		s.prefillLeft -= used
-		e.prefillPending -= used
 		n -= used
 		if s.prefillLeft > 0 {
 			return
 		}
 		e.prefilling.Remove(s.elem)
 		s.elem = nil
-		s.phase = phaseDecoding
-		s.base = e.steps - 1
-		heap.Push(&e.decoding, s)
-		e.promptTotal += int64(s.prompt)
+		if s.kept == 0 {
+			e.promptTotal += int64(s.prompt)
+		}
+		e.startDecoding(s)
 		e.generated++
 		e.fresh = append(e.fresh, s)
 	}
@@ -261,8 +253,10 @@ func (e *engine) prefill(n int) {
 // finishDue completes the sequences whose last token came in this step.
 func (e *engine) finishDue() {
 	for len(e.decoding) > 0 && e.decoding[0].finishStep() <= e.steps {
-		s := heap.Pop(&e.decoding).(*sequence)
-		e.running--
+		s := e.decoding[0]
+		e.stopDecoding(s)
+		e.order.Remove(s.runElem)
+		s.runElem = nil
 		s.phase = phaseDone
 		e.finished[s.answer.finishReason]++
 		s.publish(int64(s.answer.tokens))
@@ -280,7 +274,7 @@ func (e *engine) stop() {
 	e.stopped = true
 	fail := func(s *sequence) {
 		s.phase = phaseDone
-		s.elem = nil
+		s.elem, s.runElem = nil, nil
 		s.err = errEngineStopped
 		close(s.done)
 	}
@@ -295,8 +289,9 @@ func (e *engine) stop() {
 	}
 	e.waiting.Init()
 	e.prefilling.Init()
+	e.order.Init()
 	e.decoding = nil
-	e.prefillPending, e.running = 0, 0
+	e.kvBlocks, e.decodeBuckets = 0, [kvBlockSize]int{}
 }
 
 // healthy reports whether the loop is running.

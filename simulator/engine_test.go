@@ -22,8 +22,9 @@ func calibrationPrompt(i int) []Message {
 
 // simulateRun replays clients closed-loop clients sending total requests
 // through an engine in simulated time only (no wall clock), and returns
-// the completions in order plus the engine's stats sampled at midway.
-func simulateRun(t *testing.T, cfg Config, clients, total int) ([]finishRecord, Stats) {
+// the completions in order, the engine's stats sampled at midway and at
+// the end, and the highest KV cache usage seen.
+func simulateRun(t *testing.T, cfg Config, clients, total int) (done []finishRecord, mid, end Stats, peakKV float64) {
 	t.Helper()
 	cfg = cfg.WithDefaults()
 	e := newEngine(cfg)
@@ -34,8 +35,6 @@ func simulateRun(t *testing.T, cfg Config, clients, total int) ([]finishRecord, 
 		prompt := promptTokens(m)
 		e.enqueue(newSequence(prompt, cfg.plan(m, cfg.MaxModelLen-prompt)))
 	}
-	var done []finishRecord
-	var mid Stats
 	e.onFinish = func(s *sequence) {
 		done = append(done, finishRecord{at: e.clock, tokens: s.answer.tokens})
 		if next < total {
@@ -52,6 +51,7 @@ func simulateRun(t *testing.T, cfg Config, clients, total int) ([]finishRecord, 
 		e.credit += 100 * time.Millisecond
 		e.advance()
 		e.fresh = e.fresh[:0]
+		peakKV = max(peakKV, float64(e.kvBlocks)/float64(e.kvCap))
 		e.mu.Unlock()
 		if len(done) == total/2 && mid.Running == 0 {
 			mid, _ = e.snapshot()
@@ -60,7 +60,8 @@ func simulateRun(t *testing.T, cfg Config, clients, total int) ([]finishRecord, 
 			t.Fatalf("run did not finish: %d of %d done", len(done), total)
 		}
 	}
-	return done, mid
+	end, _ = e.snapshot()
+	return done, mid, end, peakKV
 }
 
 func meanTokens(r []finishRecord) float64 {
@@ -77,7 +78,7 @@ func meanTokens(r []finishRecord) float64 {
 // where the batch drains.
 func TestCalibration(t *testing.T) {
 	const clients, total = 200, 3000
-	done, mid := simulateRun(t, Config{}, clients, total)
+	done, mid, end, peakKV := simulateRun(t, Config{}, clients, total)
 
 	at65 := 0
 	for _, f := range done {
@@ -115,6 +116,12 @@ func TestCalibration(t *testing.T) {
 		t.Errorf("no draining tail: last %d took %v, %v in steady state", total/20, tailSpan, steadySpan)
 	}
 	check("KV usage at midway", mid.KVCacheUsage, 0.4, 0.95)
+	// The default cache holds the calibrated load with room to spare:
+	// nothing is preempted, so timings are those of the reference run.
+	check("peak KV usage", peakKV, 0.4, 0.85)
+	if end.Preemptions != 0 {
+		t.Errorf("%d preemptions at the default KV cache size, want none", end.Preemptions)
+	}
 }
 
 func TestEngineRespectsMaxNumSeqs(t *testing.T) {

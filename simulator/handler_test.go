@@ -366,13 +366,13 @@ func TestHealthModelsMetrics(t *testing.T) {
 	want := ts.OutputTokens(messages, 0)
 	ts.complete(t, map[string]any{"messages": messages})
 	for name, v := range map[string]float64{
-		"vllm:num_requests_running":                           0,
-		"vllm:num_requests_waiting":                           0,
-		"vllm:kv_cache_usage_perc":                            0,
-		"vllm:num_preemptions_total":                          0,
-		"vllm:generation_tokens_total":                        float64(want),
-		"vllm:prompt_tokens_total":                            float64(promptTokens(messages)),
-		"vllm:request_success_total{finished_reason=\"stop\"": 1,
+		"vllm:num_requests_running":                                        0,
+		"vllm:num_requests_waiting":                                        0,
+		"vllm:kv_cache_usage_perc":                                         0,
+		"vllm:num_preemptions_total":                                       0,
+		"vllm:generation_tokens_total":                                     float64(want),
+		"vllm:prompt_tokens_total":                                         float64(promptTokens(messages)),
+		"vllm:request_success_total{engine=\"0\",finished_reason=\"stop\"": 1,
 	} {
 		if got := ts.scrape(t, name); got != v {
 			t.Errorf("%s = %v, want %v", name, got, v)

@@ -6,9 +6,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// engineLabel is the engine label of every vLLM metric: one engine.
+const engineLabel = "0"
+
 // collector exposes the engine's state under vLLM's metric names, read
-// at scrape time. Every vLLM metric has vLLM's model_name label, the
-// name served at scrape time (it changes through /admin/model). The
+// at scrape time. Every vLLM metric has vLLM's labels: model_name, the
+// name served at scrape time (it changes through /admin/model), and
+// engine, always "0" (vLLM numbers its data-parallel engines). The
 // simulator's own aerie_sim_faults_injected_total{kind} counts injected
 // faults by kind (the labels of faultLabels), every kind listed from
 // the start.
@@ -18,6 +22,7 @@ type collector struct {
 	model  func() string // the served model's name
 
 	running, waiting, kvUsage  *prometheus.Desc
+	waitingByReason            *prometheus.Desc
 	preemptions, genTokens     *prometheus.Desc
 	promptTokens, successTotal *prometheus.Desc
 	faultsInjected             *prometheus.Desc
@@ -25,16 +30,18 @@ type collector struct {
 
 func newCollector(eng *engine, counts *faultCounts, model func() string) *collector {
 	desc := func(name, help string, variable ...string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, append([]string{"model_name"}, variable...), nil)
+		return prometheus.NewDesc(name, help, append([]string{"model_name", "engine"}, variable...), nil)
 	}
 	return &collector{
-		eng:          eng,
-		counts:       counts,
-		model:        model,
-		running:      desc("vllm:num_requests_running", "Number of requests in model execution batches."),
-		waiting:      desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		eng:     eng,
+		counts:  counts,
+		model:   model,
+		running: desc("vllm:num_requests_running", "Number of requests in model execution batches."),
+		waiting: desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+		waitingByReason: desc("vllm:num_requests_waiting_by_reason",
+			"Number of waiting requests by reason. 'capacity' waits for scheduling capacity; 'deferred' for transient constraints.", "reason"),
 		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine (always 0 here)."),
+		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
 		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
@@ -44,7 +51,7 @@ func newCollector(eng *engine, counts *faultCounts, model func() string) *collec
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.faultsInjected} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.faultsInjected} {
 		ch <- d
 	}
 }
@@ -52,16 +59,19 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st, byReason := c.eng.snapshot()
 	model := c.model()
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, model)
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{model, engineLabel}, labels...)...)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{model}, labels...)...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{model, engineLabel}, labels...)...)
 	}
 	gauge(c.running, float64(st.Running))
 	gauge(c.waiting, float64(st.Waiting))
+	// Every waiting request here waits for a slot or KV room.
+	gauge(c.waitingByReason, float64(st.Waiting), "capacity")
+	gauge(c.waitingByReason, 0, "deferred")
 	gauge(c.kvUsage, st.KVCacheUsage)
-	counter(c.preemptions, 0)
+	counter(c.preemptions, float64(st.Preemptions))
 	counter(c.genTokens, float64(st.GenerationTokens))
 	counter(c.promptTokens, float64(st.PromptTokens))
 	reasons := make([]string, 0, len(byReason))

@@ -14,7 +14,7 @@ type phase int
 
 const (
 	phaseNew        phase = iota // not yet submitted
-	phaseWaiting                 // queued behind MaxNumSeqs
+	phaseWaiting                 // queued for a slot and KV room
 	phasePrefilling              // admitted, prompt being read
 	phaseDecoding                // generating one token per step
 	phaseDone                    // finished, canceled or failed
@@ -31,9 +31,16 @@ type sequence struct {
 	// Engine state, under engine.mu.
 	phase       phase
 	elem        *list.Element // in the waiting or prefilling list
-	prefillLeft int           // prompt tokens not yet prefilled
+	runElem     *list.Element // in the running list, in admission order
+	prefillLeft int           // tokens not yet prefilled (of prompt + kept)
 	base        int64         // engine step count at which this had 0 tokens
 	heapIndex   int           // position in the decoding heap
+	bucket      int           // decodeBuckets slot while decoding (see kv.go)
+	// kept is how many tokens the sequence had generated when it was
+	// last preempted: they stay with the client, and readmission
+	// prefills them again after the prompt. preemptions counts how
+	// often it was preempted.
+	kept, preemptions int
 
 	// owner is the request of a Virtual engine this sequence stands for;
 	// nil in a server.

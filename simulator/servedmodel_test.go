@@ -43,7 +43,7 @@ func TestModelRename(t *testing.T) {
 	if len(models.Data) != 1 || models.Data[0].ID != "org/new" || models.Data[0].Root != "org/new" {
 		t.Errorf("models after the rename: %+v", models.Data)
 	}
-	if v := ts.scrape(t, `vllm:request_success_total{finished_reason="stop",model_name="org/new"}`); v != 4 {
+	if v := ts.scrape(t, `vllm:request_success_total{engine="0",finished_reason="stop",model_name="org/new"}`); v != 4 {
 		t.Errorf("request_success_total under the new name = %v, want 4 (the name at scrape time)", v)
 	}
 	if got := ts.Config().Model; got != "org/new" {

@@ -3,21 +3,28 @@ package simulator
 // Stats is a snapshot of the engine, the same figures /metrics reports.
 type Stats struct {
 	// Running counts admitted sequences, prefilling or decoding; at most
-	// MaxNumSeqs.
+	// MaxNumSeqs. A request is admitted in the step that starts reading
+	// its prompt.
 	Running int
-	// Waiting counts requests queued for a slot.
+	// Waiting counts requests queued for a slot or KV room, preempted
+	// ones included.
 	Waiting int
 	// GenerationTokens counts every token generated so far, including
-	// those of requests later canceled.
+	// those of requests later canceled; a preempted request's tokens
+	// are counted once.
 	GenerationTokens int64
-	// PromptTokens counts prompt tokens of every prefill completed.
+	// PromptTokens counts prompt tokens of every prefill completed, once
+	// per request: the recompute after a preemption is not counted.
 	PromptTokens int64
 	// Completed counts requests that finished (stop or length).
 	Completed int64
 	// Aborted counts requests whose client went away before the end.
 	Aborted int64
-	// KVCacheUsage is the fraction of KVCacheTokens held by running
-	// sequences (prompt read so far plus tokens generated), at most 1.
+	// Preemptions counts running sequences preempted for lack of KV
+	// cache, each time it happened.
+	Preemptions int64
+	// KVCacheUsage is the fraction of the KV cache's blocks (of 16
+	// tokens) held by running sequences, from 0 to 1.
 	KVCacheUsage float64
 	// Faults counts the faults injected so far.
 	Faults FaultCounts
@@ -27,14 +34,6 @@ type Stats struct {
 func (e *engine) snapshot() (Stats, map[string]int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	held := 0
-	for el := e.prefilling.Front(); el != nil; el = el.Next() {
-		s := el.Value.(*sequence)
-		held += s.prompt - s.prefillLeft
-	}
-	for _, s := range e.decoding {
-		held += s.prompt + int(e.steps-s.base)
-	}
 	byReason := make(map[string]int64, len(e.finished))
 	var completed int64
 	for r, n := range e.finished {
@@ -42,13 +41,14 @@ func (e *engine) snapshot() (Stats, map[string]int64) {
 		completed += n
 	}
 	return Stats{
-		Running:          e.running,
+		Running:          e.order.Len(),
 		Waiting:          e.waiting.Len(),
 		GenerationTokens: e.generated,
 		PromptTokens:     e.promptTotal,
 		Completed:        completed,
 		Aborted:          e.aborted,
-		KVCacheUsage:     min(float64(held)/float64(e.cfg.KVCacheTokens), 1),
+		Preemptions:      e.preemptionTotal,
+		KVCacheUsage:     float64(e.kvBlocks) / float64(e.kvCap),
 	}, byReason
 }
 

@@ -78,7 +78,7 @@ func (v *Virtual) AdvanceTo(t time.Duration) {
 		steps := v.e.steps
 		v.e.advance()
 		v.e.fresh = v.e.fresh[:0]
-		if v.e.running == 0 && v.e.waiting.Len() == 0 {
+		if v.e.order.Len() == 0 && v.e.waiting.Len() == 0 {
 			v.e.clock = v.now // idle: the clock runs on without steps
 			return
 		}
@@ -91,8 +91,16 @@ func (v *Virtual) AdvanceTo(t time.Duration) {
 // Now returns the simulated time reached.
 func (v *Virtual) Now() time.Duration { return v.now }
 
+// Stats returns the engine's figures, the same a server's /metrics
+// reports.
+func (v *Virtual) Stats() Stats {
+	st, _ := v.e.snapshot()
+	return st
+}
+
 // Tokens returns how many tokens the request has streamed so far: zero
-// while it waits or its prompt is read.
+// while it waits or its prompt is read, and what it had generated while
+// it waits again after a preemption.
 func (r *VirtualRequest) Tokens() int {
 	switch r.s.phase {
 	case phaseDecoding:
@@ -100,8 +108,12 @@ func (r *VirtualRequest) Tokens() int {
 	case phaseDone:
 		return r.s.answer.tokens
 	}
-	return 0
+	return r.s.kept
 }
+
+// Preemptions returns how often the request was preempted for lack of
+// KV cache.
+func (r *VirtualRequest) Preemptions() int { return r.s.preemptions }
 
 // Length returns the answer's length in tokens, known from the start.
 func (r *VirtualRequest) Length() int { return r.s.answer.tokens }
