@@ -148,7 +148,9 @@ func allowance(running float64) float64 {
 //   - the engine preempted sequences since the last reading: shrink to
 //     our share of those running, and by a tenth at least;
 //   - more requests wait than the allowance, at this reading and the one
-//     before: shrink toward our share of running plus the allowance (never cutting a running request: the
+//     before, and the batch is full (as many run as ever ran with a
+//     queue, or the KV cache is full): shrink toward our share of
+//     running plus the allowance (never cutting a running request: the
 //     window only stops new pulls);
 //   - nothing waits, the KV cache is below its high-water mark and the
 //     window is what limits us (our requests fill it, up to half the
@@ -181,6 +183,11 @@ func (r *windowRule) next(cur, ours int, now backendLoad) (int, string) {
 		queued, running = min(queued, prev.Waiting), max(running, prev.Running)
 	}
 	allow := allowance(running)
+	// A queue beside free slots is the engine catching up (admission at
+	// its next step, a burst of prefill), not a lack of room: the batch
+	// is full when as many run as ever ran with a queue, or the KV cache
+	// is (vLLM admits while it has blocks).
+	full := r.ceiling == 0 || running >= 0.95*r.ceiling || now.KVUsage >= kvHighWater
 	switch {
 	case queued > 0:
 		r.ceiling = max(r.ceiling, running)
@@ -191,7 +198,7 @@ func (r *windowRule) next(cur, ours int, now backendLoad) (int, string) {
 	case prev != nil && now.Preemptions > prev.Preemptions && ours > 0:
 		n := clamp(min(int(math.Floor(share*now.Running)), int(math.Floor(0.9*float64(cur)))))
 		return n, reasonIf(n != cur, "preemptions")
-	case queued > allow && ours > 0:
+	case queued > allow && ours > 0 && full:
 		n := clamp(min(cur, int(math.Ceil(share*(running+allow)))))
 		return n, reasonIf(n != cur, "requests waiting")
 	case now.Waiting == 0 && now.KVUsage < kvHighWater && float64(ours)+allow/2 >= float64(cur):

@@ -35,6 +35,8 @@ func TestWindowRule(t *testing.T) {
 		{"shrinks by a tenth at least on preemptions", 100, 100, &before, 0, load(100, 0, 0.99, 4), 90, "preemptions"},
 		{"no preemption without a reading before", 100, 100, nil, 0, load(100, 0, 0.5, 4), 150, "free slots"},
 		{"never below one", 3, 1, &before, 0, load(0, 50, 0.99, 9), 1, "preemptions"},
+		{"a queue beside free slots is no reason to shrink", 69, 69, nil, 64, load(51, 13, 0.1, 0), 69, ""},
+		{"a queue beside a full KV cache is", 69, 69, nil, 64, load(51, 13, 0.95, 0), 55, "requests waiting"},
 		{"a queue seen once is no reason to shrink", 41, 41, &noQueue, 0, load(20, 21, 0.1, 0), 41, ""},
 		{"a window above max comes down", 800, 0, nil, 0, load(0, 0, 0, 0), 500, "bounds"},
 		{"grows by half up to the known batch and its allowance", 41, 41, nil, 64, load(41, 0, 0.3, 0), 62, "free slots"},
