@@ -26,7 +26,7 @@ import (
 // exactly its sequences over the time an answer takes.
 const (
 	makespanPrompts = 4000
-	makespanSpeed   = 20.0
+	makespanSpeed   = 5.0
 )
 
 var makespanServers = []simulator.Config{

@@ -21,7 +21,7 @@ import (
 // them back: when the prompts stream has nothing left to deliver and
 // another worker of the run has free slots (its heartbeats say so), a
 // request that has waited longer than Config.HandBackAfter, and three
-// times the backend's median time to first token, without a first token
+// times the backend's shortest time to first token, without a first token
 // is cancelled and its prompt handed back at once (NAK without delay),
 // for the idle worker to take. A request that has streamed a token is
 // never handed back. The window shrinks first by as many, and the
@@ -38,9 +38,11 @@ const (
 // errTailHandBack ends a request cancelled by the tail hand-back.
 var errTailHandBack = errors.New("handed back at the end of the run for an idle worker: it had waited without a first token")
 
-// ttfFactor is how many median times to first token a request must have
-// waited, at least, to be handed back: well past what the server takes
-// when it has room.
+// ttfFactor is how many of the backend's shortest times to first token
+// a request must have waited, at least, to be handed back: well past
+// what the server takes when it has room. The shortest, not the median:
+// behind a queue that lasts, as a fixed window too large for its server
+// keeps, every time to first token is mostly queue.
 const ttfFactor = 3
 
 // chat sends req through f: the request can be handed back by the tail
@@ -135,9 +137,9 @@ func (w *Worker) tailTick(ctx context.Context, cons jetstream.Consumer) {
 
 // handBackWait is how long a request must have waited without a first
 // token to be handed back: Config.HandBackAfter, or ttfFactor times the
-// recent median time to first token if that is longer.
+// shortest time to first token seen if that is longer.
 func (w *Worker) handBackWait() time.Duration {
-	return max(w.cfg.HandBackAfter, ttfFactor*w.ttfts.median())
+	return max(w.cfg.HandBackAfter, ttfFactor*w.ttfts.least())
 }
 
 type waitingFlight struct {
@@ -166,37 +168,26 @@ func (w *Worker) waitingFlights(before time.Time) []waitingFlight {
 	return out
 }
 
-// ttftWindow keeps the last times to first token of answered requests.
-// The zero value is empty.
-type ttftWindow struct {
-	mu   sync.Mutex
-	last []time.Duration
-	next int
+// ttftLeast keeps the shortest time to first token of the requests
+// answered. The zero value has seen none.
+type ttftLeast struct {
+	mu       sync.Mutex
+	shortest time.Duration
 }
 
-const ttftKept = 101
-
-func (t *ttftWindow) add(d time.Duration) {
+func (t *ttftLeast) add(d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.last) < ttftKept {
-		t.last = append(t.last, d)
-		return
+	if t.shortest == 0 || d < t.shortest {
+		t.shortest = d
 	}
-	t.last[t.next] = d
-	t.next = (t.next + 1) % ttftKept
 }
 
-// median is the median kept, 0 before any.
-func (t *ttftWindow) median() time.Duration {
+// least is the shortest seen, 0 before any.
+func (t *ttftLeast) least() time.Duration {
 	t.mu.Lock()
-	s := slices.Clone(t.last)
-	t.mu.Unlock()
-	if len(s) == 0 {
-		return 0
-	}
-	slices.Sort(s)
-	return s[len(s)/2]
+	defer t.mu.Unlock()
+	return t.shortest
 }
 
 // peers are the last heartbeats of the run's other workers. The zero

@@ -62,10 +62,10 @@ type Worker struct {
 	retried      atomic.Int64
 	handedBack   atomic.Int64 // prompts handed back during outages
 	// tailHandedBack counts prompts handed back at the end of a run for
-	// an idle worker (tail.go); ttfts are the backend's recent times to
-	// first token, and peers the other workers' last heartbeats.
+	// an idle worker (tail.go); ttfts keeps the backend's shortest time
+	// to first token, and peers the other workers' last heartbeats.
 	tailHandedBack atomic.Int64
-	ttfts          ttftWindow
+	ttfts          ttftLeast
 	peers          peers
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
