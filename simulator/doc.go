@@ -4,7 +4,9 @@
 // It models what a client of a busy vLLM server sees: a fixed number of
 // running sequences with a FIFO queue behind them (continuous batching),
 // decode steps that slow down as the batch grows, chunked prefill that
-// stalls decoding while new prompts are read, heavy-tailed answer lengths
+// stalls decoding while new prompts are read, a KV cache that holds
+// requests back and preempts the latest admitted when it runs out (as
+// vLLM's V1 scheduler does), heavy-tailed answer lengths
 // split into reasoning and content, response headers that arrive only with
 // the first token, and vLLM's error bodies, /health, /v1/models and
 // /metrics. Every answer and stream chunk says it is simulated: its

@@ -103,7 +103,8 @@ func (e *engine) planPrefill(budget int) (tokens, blocks int) {
 // admits what fits. It returns the decoding batch and the prompt tokens
 // the step reads. It changes the engine at once, as the step starts
 // now; called again before the step is paid for, it finds nothing left
-// to preempt and may admit newcomers into the same step.
+// to preempt and may admit newcomers into the same step, unless the
+// step preempted.
 func (e *engine) schedule() (batch, chunk int) {
 	// Bounded: each round preempts one running sequence.
 	for e.order.Len() > 0 {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/aerie-dev/aerie/simulator"
 )
@@ -30,9 +31,11 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.Int64Var(&c.Seed, prefix+"seed", d.Seed, "seed for answer lengths, text and injected faults")
 	fs.IntVar(&c.OutputMedian, prefix+"output-median", d.OutputMedian, "median completion tokens")
 	fs.Float64Var(&c.OutputSigma, prefix+"output-sigma", d.OutputSigma, "lognormal sigma of completion tokens")
+	fs.IntVar(&c.KVCacheTokens, prefix+"kv-cache-tokens", d.KVCacheTokens, "KV cache size in tokens (vLLM's \"GPU KV cache size\"): admission waits for room, a full cache preempts the latest admitted request; at least --"+prefix+"max-model-len")
 	fs.DurationVar(&c.StepBase, prefix+"step-base", d.StepBase, "decode step time at batch size 0 (simulated)")
-	fs.DurationVar(&c.StepPerSeq, prefix+"step-per-seq", d.StepPerSeq, "decode step time added per running sequence (simulated)")
-	fs.DurationVar(&c.PrefillPerToken, prefix+"prefill-per-token", d.PrefillPerToken, "engine time per prompt token (simulated)")
+	c.StepPerSeq, c.PrefillPerToken = d.StepPerSeq, d.PrefillPerToken
+	fs.Var(zeroableDuration{&c.StepPerSeq}, prefix+"step-per-seq", "decode step time added per running sequence, a `duration` of simulated time; 0 for a flat --"+prefix+"step-base")
+	fs.Var(zeroableDuration{&c.PrefillPerToken}, prefix+"prefill-per-token", "engine time per prompt token, a `duration` of simulated time; 0 for free prompts")
 	f := &c.Faults
 	fs.Float64Var(&f.Rate429, prefix+"fault-429", 0, "share of requests answered 429 with Retry-After (fault injection; 0-1)")
 	fs.Float64Var(&f.Rate500, prefix+"fault-500", 0, "share of requests answered 500 (fault injection; 0-1)")
@@ -54,8 +57,35 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	return c
 }
 
+// zeroableDuration is a duration flag whose 0 means none, which
+// simulator.Config spells as a negative duration (its zero means the
+// default).
+type zeroableDuration struct{ d *time.Duration }
+
+func (z zeroableDuration) String() string {
+	if z.d == nil {
+		return ""
+	}
+	return max(*z.d, 0).String()
+}
+
+func (z zeroableDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v < 0 {
+		return fmt.Errorf("must be >= 0, got %v", v)
+	}
+	if v == 0 {
+		v = -1
+	}
+	*z.d = v
+	return nil
+}
+
 func cmdSim(ctx context.Context, args []string) error {
-	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--reasoning-field F] [--seed N] [--api-key KEY]")
+	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--kv-cache-tokens N] [--step-base D] [--step-per-seq D] [--reasoning-field F] [--seed N] [--api-key KEY]")
 	listen := fs.String("listen", "127.0.0.1:8000", "host:port to serve on")
 	cfg := addSimFlags(fs, "")
 	fs.Lookup("api-key").Usage += " (default: env " + apiKeyEnv + ")"
@@ -79,7 +109,8 @@ func cmdSim(ctx context.Context, args []string) error {
 	}
 	c := sim.Config()
 	log.Info("simulator serving", "url", "http://"+l.Addr().String(), "model", c.Model,
-		"max_num_seqs", c.MaxNumSeqs, "speed", c.Speed, "reasoning_field", c.ReasoningField,
+		"max_num_seqs", c.MaxNumSeqs, "kv_cache_tokens", c.KVCacheTokens,
+		"step_base", c.StepBase, "step_per_seq", max(c.StepPerSeq, 0), "speed", c.Speed, "reasoning_field", c.ReasoningField,
 		"api_key_required", c.APIKey != "")
 	if err := sim.Serve(ctx, l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
