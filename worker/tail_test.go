@@ -24,9 +24,9 @@ func TestTailHandedBackToAnIdleWorker(t *testing.T) {
 	fast := simtest.Serve(t, simulator.Config{Model: "test-model", MaxNumSeqs: 64, Speed: 20, OutputMedian: 20, ReasoningShare: -1})
 	cfg := worker.Config{Window: window, HandBackAfter: 300 * time.Millisecond, WindowPoll: 50 * time.Millisecond, Heartbeat: 100 * time.Millisecond}
 	ws, _ := b.start(t, cfg, slow)
-	brokertest.Eventually(t, 10*time.Second, func() bool { return ws.Stats().InFlight == window }, "the slow worker to fill its window")
+	brokertest.Eventually(t, 30*time.Second, func() bool { return ws.Stats().InFlight == window }, "the slow worker to fill its window")
 	wf, _ := b.start(t, cfg, fast)
-	b.waitSettled(t, 60*time.Second)
+	b.waitSettled(t, 2*time.Minute)
 
 	s, f := ws.Stats(), wf.Stats()
 	if s.TailHandedBack == 0 {
