@@ -108,12 +108,16 @@ eta-study:
 # The pipeline benchmarks print, from one run, aerie's zero-latency
 # prompts/s against a plain client's on the same server (aerie/plain) and
 # its steady-state throughput against the simulator's (fraction), each
-# the median of BENCHN side-by-side iterations (docs/performance.md).
+# the median of BENCHN side-by-side iterations (docs/performance.md);
+# then, once, the lower bound over the makespan of 4,000 prompts on two
+# simulated servers of different size and speed, one worker each, with
+# a fixed window of 200 and with --window auto (a few minutes).
 BENCHN   ?= 3
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
+	$(GO) test -run '^$$' -bench '^BenchmarkTwoBackendsMakespan$$' -benchtime 1x -timeout 20m ./worker/
 
 # Peak RSS (VmHWM) of one worker (window 200), the aggregator and
 # the producer, each its own process, through whole runs of RSS_PROMPTS

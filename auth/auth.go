@@ -158,7 +158,9 @@ func Permissions(r Role) (*server.Permissions, error) {
 			schema.EventsRoot+".*.heartbeat.*",
 			kvSubjects(schema.AttemptsBucket),
 		)
-		sub = []string{inbox}
+		// The other workers' heartbeats say which are idle at the end of
+		// a run (worker/tail.go).
+		sub = []string{inbox, schema.EventsRoot + ".*.heartbeat.*"}
 	case Aggregator:
 		pub = append(pub, api+"INFO")
 		pub = append(pub, watch(schema.RunsBucket)...)

@@ -60,6 +60,16 @@ type Config struct {
 	Workers int
 	Window  int
 	Grace   time.Duration
+
+	// AutoWindow, MaxWindow, WindowPoll and HandBackAfter are each
+	// worker's settings of the same names in worker.Config: zero values
+	// keep Window fixed and take the worker's defaults (the poll and the
+	// wait scaled by the built-in simulator's speed).
+	AutoWindow    bool
+	MaxWindow     int
+	WindowPoll    time.Duration
+	HandBackAfter time.Duration
+
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).
 	NATSSyncInterval time.Duration

@@ -24,7 +24,7 @@ func writeReport(cfg Config, dir string, be *backend, log *slog.Logger) string {
 	_, err := report.WriteFile(path, report.Options{Run: cfg.Run, Dir: dir, Settings: []report.Setting{
 		{Name: "backend", Value: backend},
 		{Name: "workers (last invocation)", Value: strconv.Itoa(cfg.Workers)},
-		{Name: "window per worker", Value: windowText(cfg.Window)},
+		{Name: "window per worker", Value: windowText(cfg)},
 	}})
 	if err != nil {
 		log.Warn("cannot write the run's report; aerie report can write it later", "err", err)
@@ -33,11 +33,11 @@ func writeReport(cfg Config, dir string, be *backend, log *slog.Logger) string {
 	return path
 }
 
-func windowText(w int) string {
-	if w <= 0 {
-		w = worker.DefaultWindow
+func windowText(cfg Config) string {
+	if cfg.AutoWindow {
+		return "auto, at most " + strconv.Itoa(cmp.Or(cfg.MaxWindow, worker.DefaultMaxWindow))
 	}
-	return strconv.Itoa(w)
+	return strconv.Itoa(cmp.Or(cfg.Window, worker.DefaultWindow))
 }
 
 // backendName is a backend URL without what may be secret in it: user

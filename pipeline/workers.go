@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,11 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 		if err == nil {
 			conns = append(conns, nc)
 			var w *worker.Worker
-			if w, err = worker.New(worker.Config{Run: cfg.Run, Window: cfg.Window, Grace: cfg.Grace, Metrics: reg, Logger: log}, js, client); err == nil {
+			if w, err = worker.New(worker.Config{
+				Run: cfg.Run, Window: cfg.Window, AutoWindow: cfg.AutoWindow, MaxWindow: cfg.MaxWindow,
+				WindowPoll: scaled(cfg, cfg.WindowPoll, worker.DefaultWindowPoll), HandBackAfter: scaled(cfg, cfg.HandBackAfter, worker.DefaultHandBackAfter),
+				Grace: cfg.Grace, Metrics: reg, Logger: log,
+			}, js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}
 		}
@@ -67,6 +72,17 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 		close(ws.stopped)
 	}()
 	return ws, nil
+}
+
+// scaled is d, or when zero def, shortened by the built-in simulator's
+// speed: against a simulator running 200 times faster than wall time a
+// worker reads its load and hands back the tail 200 times as often, at
+// most every 10ms. A real backend runs at wall time.
+func scaled(cfg Config, d, def time.Duration) time.Duration {
+	if d != 0 || cfg.Backend != "" || cfg.Sim.Speed <= 1 {
+		return d
+	}
+	return max(time.Duration(float64(def)/cfg.Sim.Speed), 10*time.Millisecond)
 }
 
 // wait waits until every worker has returned.

@@ -38,6 +38,14 @@ const (
 	// workers of a backend that is down for everyone, short enough that a
 	// healthy worker elsewhere takes it soon.
 	DefaultOutageRetry = 5 * time.Second
+	// DefaultWindowPoll is how often --window auto reads the backend's
+	// metrics: vLLM's gauges move within a second, and a reading costs
+	// the server little.
+	DefaultWindowPoll = time.Second
+	// DefaultHandBackAfter is the least time a request must have waited
+	// without a first token before it is handed back at the end of a run
+	// (see Config.HandBackAfter).
+	DefaultHandBackAfter = 5 * time.Second
 )
 
 // Config configures a worker. Zero fields take the defaults above.
@@ -54,8 +62,29 @@ type Config struct {
 	// With --turns all a conversation gives its slot back while it stores
 	// a finished turn and takes one again, before any new prompt, for the
 	// next; it keeps its prompt meanwhile, so up to twice Window prompts
-	// may be held.
+	// may be held. With AutoWindow it is the window the worker starts
+	// with, and keeps when the backend serves no metrics.
 	Window int
+	// AutoWindow sizes the window from the backend's own load, read from
+	// its Prometheus metrics every WindowPoll (see windowRule): it grows
+	// while the server has free slots and shrinks when requests wait in
+	// it or its KV cache preempts, between 1 and MaxWindow, exact at
+	// every moment. False keeps Window fixed.
+	AutoWindow bool
+	// MaxWindow bounds an automatic window; zero means DefaultMaxWindow.
+	MaxWindow int
+	// WindowPoll is how often an automatic window reads the backend's
+	// metrics; zero means DefaultWindowPoll. A sped-up simulator needs it
+	// shorter by its speed.
+	WindowPoll time.Duration
+	// HandBackAfter is how long, at least, a request must have waited
+	// without a first token before it is handed back at the end of a run:
+	// when the stream has nothing left to deliver and another worker of
+	// the run has free slots, such prompts are cancelled here and handed
+	// back at once for it (see tail.go). The wait is also at least three
+	// times the backend's recent median time to first token. Zero means
+	// DefaultHandBackAfter; negative never hands back.
+	HandBackAfter time.Duration
 	// Grace is how long in-flight prompts may take to finish once the
 	// worker is asked to stop; the rest are handed back (NAK).
 	Grace time.Duration
@@ -107,6 +136,18 @@ func (c Config) withDefaults() Config {
 	if c.OutageRetry == 0 {
 		c.OutageRetry = DefaultOutageRetry
 	}
+	if c.MaxWindow == 0 {
+		c.MaxWindow = DefaultMaxWindow
+	}
+	if c.AutoWindow {
+		c.Window = min(c.Window, c.MaxWindow)
+	}
+	if c.WindowPoll == 0 {
+		c.WindowPoll = DefaultWindowPoll
+	}
+	if c.HandBackAfter == 0 {
+		c.HandBackAfter = DefaultHandBackAfter
+	}
 	if c.BreakerThreshold == 0 {
 		c.BreakerThreshold = DefaultBreakerThreshold
 	}
@@ -127,7 +168,10 @@ func (c Config) Validate() error {
 	if c.Window < 0 {
 		return fmt.Errorf("worker: window must be positive, got %d", c.Window)
 	}
-	if c.Grace < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.OutageRetry < 0 || c.BreakerThreshold < 0 {
+	if c.MaxWindow < 0 {
+		return fmt.Errorf("worker: max window must be positive, got %d", c.MaxWindow)
+	}
+	if c.Grace < 0 || c.WindowPoll < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.OutageRetry < 0 || c.BreakerThreshold < 0 {
 		return errors.New("worker: durations must not be negative")
 	}
 	return nil

@@ -32,7 +32,7 @@ func (w *Worker) heartbeat() schema.Heartbeat {
 	hb := schema.Heartbeat{
 		Run: w.cfg.Run, Worker: w.cfg.Name, Time: time.Now().UTC(),
 		Host: w.host, Backend: w.backendURL,
-		Window: w.cfg.Window, InFlight: held,
+		Window: w.win.capacity(), InFlight: held,
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
 		InterimTurns: int(w.interimTurns.Load()),

@@ -24,7 +24,9 @@ const (
 	// 400 before streaming, attempts used up, an undecodable prompt).
 	OutcomePermanent = "permanent"
 	// OutcomeHandedBack: given back without counting against the prompt:
-	// the backend is down or the worker is stopping.
+	// the backend is down, the worker is stopping, or, at the end of a
+	// run, the prompt waited without a first token while another worker
+	// was idle.
 	OutcomeHandedBack = "handed_back"
 )
 
@@ -69,7 +71,7 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_outcomes_total",
-			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down or worker stopping).",
+			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down, worker stopping, or waiting without a first token at the end of the run while another worker was idle).",
 			ConstLabels: labels,
 		}, []string{"outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -181,7 +183,7 @@ func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
 		w:             w,
 		inFlight:      desc("aerie_worker_prompts_in_flight", "Prompts delivered to the worker and not yet settled."),
 		generating:    desc("aerie_worker_requests_generating", "Requests at the backend now (never more than the window)."),
-		window:        desc("aerie_worker_window_size", "The most requests the worker has at its backend at once (--window)."),
+		window:        desc("aerie_worker_window_size", "The most requests the worker may have at its backend at once now: --window, or what --window auto has set it to."),
 		tokens:        desc("aerie_worker_streamed_tokens_total", "Completion tokens streamed from the backend, those of requests that later failed included."),
 		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
@@ -204,7 +206,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.inFlight, float64(held))
 	gauge(c.generating, float64(w.generating.Load()))
-	gauge(c.window, float64(w.cfg.Window))
+	gauge(c.window, float64(w.win.capacity()))
 	counter(c.tokens, float64(w.tokens.Load()))
 	gauge(c.breakerOpen, boolValue(open))
 	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())

@@ -26,6 +26,9 @@ const (
 	outage
 	// handBack: hand the prompt back at once (this worker is stopping).
 	handBack
+	// tailBack: hand the prompt back at once for an idle worker: it
+	// waited without a first token at the end of the run (tail.go).
+	tailBack
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
 	// later: hand the prompt back after a delay without counting: NATS
@@ -60,6 +63,8 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	var large *tooLargeError
 	var store *storeError
 	switch {
+	case errors.Is(err, errTailHandBack):
+		return tailBack, ""
 	case errors.As(err, &store):
 		return later, ""
 	case isPoison(err):
@@ -166,6 +171,11 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 		d.nak(w.cfg.OutageRetry, log)
 	case handBack:
 		w.metrics.settled(OutcomeHandedBack)
+		d.nak(0, log)
+	case tailBack:
+		w.tailHandedBack.Add(1)
+		w.metrics.settled(OutcomeHandedBack)
+		log.Debug("handed back for an idle worker: no first token yet at the end of the run")
 		d.nak(0, log)
 	case later:
 		if ctx.Err() != nil {

@@ -38,6 +38,7 @@ func TestDecide(t *testing.T) {
 		{"engine error inside the stream while down", &openai.APIError{Type: "BadRequestError", Code: "400"}, false, outage, "", true},
 		{"server error", status(500), false, retry, "", false},
 		{"worker stopping", context.Canceled, false, handBack, "", false},
+		{"handed back at the end of the run", fmt.Errorf("%w: %w", errTailHandBack, context.Canceled), false, tailBack, "", false},
 		{"worker stopping, last attempt", context.Canceled, true, handBack, "", false},
 		{"garbage prompt", poison(errors.New("bad msgpack")), false, deadLetter, schema.ReasonPoison, false},
 		{"wrapped transient", fmt.Errorf("x: %w", status(502)), false, retry, "", false},

@@ -104,7 +104,9 @@ func (w *Worker) answerLast(ctx context.Context, d *delivery, j *job) error {
 // generateTurn asks the backend for turn i of j, sent msgs, under the
 // run's on-length policy, and returns it as a finished turn.
 func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, msgs []openai.Message) (*schema.Turn, error) {
-	f := &flight{}
+	// A last delivery is never handed back at the end of the run: it
+	// would not come again.
+	f := &flight{last: w.maxDeliver > 0 && d.attempt >= w.maxDeliver}
 	w.inFlight.Store(d.seq, f)
 	defer w.inFlight.Delete(d.seq)
 	a, err := w.generate(ctx, j, w.request(msgs, j.params), f)
@@ -148,7 +150,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 	for {
 		f.tokens.Store(0)
 		w.startGenerating()
-		comp, err := w.backend.ChatStream(ctx, req, func(n int) {
+		comp, err := w.chat(ctx, f, req, func(n int) {
 			f.tokens.Add(int64(n))
 			w.tokens.Add(int64(n))
 		})

@@ -23,10 +23,18 @@ import (
 // too; pending counts those alone, and what holding reports leaves them
 // out: a pull waiting on an empty stream holds nothing yet.
 //
+// The size can change while the window is in use (see resize), and the
+// window stays exact meanwhile: free goes below zero when the size drops
+// under the slots taken, and no pull or turn takes a slot until as many
+// have been given back; requests that are running are never cut short
+// for it.
+//
 // The zero value is not usable; see newWindow.
 type window struct {
-	mu      sync.Mutex
-	size    int
+	mu   sync.Mutex
+	size int
+	// free is size minus the slots taken: negative after a resize down,
+	// until that many slots have been released.
 	free    int
 	held    int
 	pending int // of held, asked for by a pull and not yet received
@@ -52,6 +60,58 @@ func (s *window) setHeldCap(n int) {
 	defer s.mu.Unlock()
 	s.heldCap = max(n, s.size)
 	s.signal()
+}
+
+// resize makes the window n slots (at least 1). Growing frees slots at
+// once, to the waiting turns first; shrinking takes effect as slots are
+// given back. The held cap keeps its ratio to the size.
+func (s *window) resize(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resizeLocked(n)
+}
+
+// resizeLocked is resize with s.mu held.
+func (s *window) resizeLocked(n int) {
+	n = max(n, 1)
+	if n == s.size {
+		return
+	}
+	s.heldCap = max(n, n*s.heldCap/s.size)
+	s.free += n - s.size
+	s.size = n
+	for s.free > 0 && len(s.turns) > 0 {
+		close(s.turns[0])
+		s.turns = slices.Delete(s.turns, 0, 1)
+		s.free--
+	}
+	s.signal()
+}
+
+// shrinkBy makes the window k slots smaller than the slots taken now,
+// if that is smaller than it is: as many slots as are given back next
+// are retired instead of freed (at least 1 slot stays).
+func (s *window) shrinkBy(k int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := max(1, s.size-max(s.free, 0)-k); n < s.size {
+		s.resizeLocked(n)
+	}
+}
+
+// pulling reports whether a pull is open: messages asked for and not
+// received.
+func (s *window) pulling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending > 0
+}
+
+// capacity is the window's size now.
+func (s *window) capacity() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
 }
 
 // signal wakes the pulls waiting; s.mu must be held.
@@ -143,10 +203,12 @@ func (s *window) acquireTurn(ctx context.Context) error {
 }
 
 // release gives back a slot: to the first waiting turn, or to the pool.
+// After a resize down the slot is retired instead, until the slots taken
+// fit the new size.
 func (s *window) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.turns) > 0 {
+	if s.free >= 0 && len(s.turns) > 0 {
 		close(s.turns[0])
 		s.turns = slices.Delete(s.turns, 0, 1)
 		return

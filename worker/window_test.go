@@ -219,3 +219,70 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Growing the window frees slots at once; shrinking it below the slots
+// taken lets nothing more in, pull or turn, until in-flight is below the
+// new size, and cuts nothing that runs.
+func TestWindowResize(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(2, 2)
+	if n := s.acquirePull(ctx, 5); n != 2 {
+		t.Fatalf("took %d, want 2", n)
+	}
+	s.arrived()
+	s.arrived()
+	pull := pullResult(ctx, s, 5)
+	pending(t, pull, "pull on a full window")
+	s.resize(4)
+	if n := received(t, pull, "pull after growing"); n != 2 {
+		t.Fatalf("took %d after growing to 4, want 2", n)
+	}
+	s.arrived()
+	s.arrived()
+	if c := s.capacity(); c != 4 {
+		t.Fatalf("capacity %d, want 4", c)
+	}
+
+	// Four taken; shrink to 2: two releases are retired, the third frees
+	// a slot.
+	s.resize(2)
+	pull = pullResult(ctx, s, 5)
+	s.release()
+	s.drop()
+	s.release()
+	s.drop()
+	pending(t, pull, "pull with 2 in flight in a window of 2")
+	turn := make(chan error, 1)
+	go func() { turn <- s.acquireTurn(ctx) }()
+	pending(t, turn, "turn with 2 in flight in a window of 2")
+	s.release() // one in flight: the slot goes to the waiting turn
+	if err := received(t, turn, "turn after a release"); err != nil {
+		t.Fatal(err)
+	}
+	pending(t, pull, "pull with the freed slot given to a turn")
+	s.release()
+	s.drop()
+	if n := received(t, pull, "pull after the last release"); n != 1 {
+		t.Fatalf("took %d, want 1 (one slot taken by the turn)", n)
+	}
+	if c := s.capacity(); c != 2 {
+		t.Fatalf("capacity %d, want 2", c)
+	}
+	s.resize(0)
+	if c := s.capacity(); c != 1 {
+		t.Fatalf("resize(0) gave capacity %d, want at least 1", c)
+	}
+}
+
+// A resize keeps the held cap's ratio to the window (--turns all holds
+// up to twice the window).
+func TestWindowResizeHeldCap(t *testing.T) {
+	s := newWindow(4, 8)
+	s.resize(10)
+	s.mu.Lock()
+	got := s.heldCap
+	s.mu.Unlock()
+	if got != 20 {
+		t.Fatalf("held cap %d after resizing a window of 4 (cap 8) to 10, want 20", got)
+	}
+}

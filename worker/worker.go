@@ -61,6 +61,12 @@ type Worker struct {
 	deadLettered atomic.Int64
 	retried      atomic.Int64
 	handedBack   atomic.Int64 // prompts handed back during outages
+	// tailHandedBack counts prompts handed back at the end of a run for
+	// an idle worker (tail.go); ttfts keeps the backend's shortest time
+	// to first token, and peers the other workers' last heartbeats.
+	tailHandedBack atomic.Int64
+	ttfts          ttftLeast
+	peers          peers
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -89,6 +95,15 @@ type Worker struct {
 // flight is one request being generated.
 type flight struct {
 	tokens atomic.Int64
+	// state says whether the request may still be handed back at the end
+	// of a run: waiting for its first token, streaming, or handed back
+	// (see tail.go). sent and cancel are set as each request is sent;
+	// last marks the prompt's last delivery, never handed back.
+	state  atomic.Int32
+	last   bool
+	mu     sync.Mutex
+	sent   time.Time
+	cancel context.CancelCauseFunc
 }
 
 // New returns a worker; js must be connected and backend ready.
@@ -134,13 +149,19 @@ type Stats struct {
 	// HandedBack counts prompts handed back because the backend was down;
 	// Paused is the total time spent with the breaker open.
 	HandedBack int64
-	Paused     time.Duration
+	// TailHandedBack counts prompts handed back at the end of a run,
+	// without a first token, for an idle worker to take.
+	TailHandedBack int64
+	Paused         time.Duration
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
 	// MaxGenerating is the most requests this worker has had at its
 	// backend at once: never more than its window.
 	MaxGenerating int
+	// Window is the window's size now: Config.Window, or what an
+	// automatic window has made it.
+	Window int
 	// Turns counts the answers generated and kept: one per completed
 	// prompt with --turns last, one per turn with --turns all.
 	Turns int64
@@ -152,10 +173,10 @@ type Stats struct {
 func (w *Worker) Stats() Stats {
 	held, maxHeld := w.win.holding()
 	return Stats{
-		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()),
+		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
-		HandedBack: w.handedBack.Load(), Paused: w.breaker.pausedFor(),
+		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), Paused: w.breaker.pausedFor(),
 		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
 }
@@ -215,14 +236,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	// With --turns all a worker holds up to twice its window: the
 	// conversations between two turns as well as those generating.
 	mayHold := w.cfg.Window
+	if w.cfg.AutoWindow {
+		mayHold = w.cfg.MaxWindow
+	}
 	if m.TurnsMode() == schema.TurnsAll {
-		mayHold = 2 * w.cfg.Window
+		mayHold *= 2
 	}
 	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
 		w.log.Warn("consumer MaxAckPending is below what this worker may hold; the window cannot fill",
 			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window, "may_hold", mayHold)
 	}
-	w.log.Info("worker started", "model", m.Model, "window", w.cfg.Window, "turns", m.TurnsMode(),
+	window := any(w.cfg.Window)
+	if w.cfg.AutoWindow {
+		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
+	}
+	w.log.Info("worker started", "model", m.Model, "window", window, "turns", m.TurnsMode(),
 		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
 
 	// work ends Config.Grace after ctx: in-flight requests are then
@@ -232,6 +260,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeats(work) }()
 	go w.breaker.run(work)
+	if w.cfg.AutoWindow {
+		go w.sizeWindow(work)
+	}
+	if w.cfg.HandBackAfter > 0 {
+		go w.handBackTail(work, cons)
+	}
 
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
@@ -255,7 +289,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.publishHeartbeat() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
-		"handed_back", s.HandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
+		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
 	return nil
 }
 
@@ -269,7 +303,7 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 	var failures int
 	for {
 		w.breaker.wait(ctx)
-		n := w.win.acquirePull(ctx, w.cfg.Window)
+		n := w.win.acquirePull(ctx, w.win.capacity())
 		if n == 0 {
 			return
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 func cmdDoctor(ctx context.Context, args []string) error {
-	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N] [--api-key-file F] [--units DIR]")
+	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N|auto] [--api-key-file F] [--units DIR]")
 	nf := addNATSFlags(fs, auth.Admin)
 	roleName := fs.String("role", "", "role whose credentials --nkey or --creds carry, checked against what its command needs: producer (aerie produce), worker (aerie work), aggregator (aerie aggregate) or admin (replay, reconcile, runs); default: the role that names the --nkey file (worker.nk: worker), else admin")
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
@@ -49,7 +49,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
-		Workers: *workers, Window: *window, Units: *units,
+		Workers: *workers, Window: window.size, Units: *units,
 		CheckTimeout: *timeout, CompletionTimeout: *completion,
 	}
 	if err := cfg.Validate(); err != nil {

@@ -194,9 +194,70 @@ func defaultStore() string {
 	return "./data/nats"
 }
 
+// windowFlags are --window (a number of requests, or auto) and, for the
+// commands that run workers, --max-window, --window-poll and
+// --hand-back-after.
+type windowFlags struct {
+	size          int
+	auto          bool
+	max           int
+	poll          time.Duration
+	handBackAfter time.Duration
+}
+
+func (f *windowFlags) String() string {
+	if f == nil {
+		return ""
+	}
+	if f.auto {
+		return "auto"
+	}
+	return strconv.Itoa(f.size)
+}
+
+func (f *windowFlags) Set(v string) error {
+	if v == "auto" {
+		f.auto, f.size = true, worker.DefaultWindow
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("want a number of requests (at least 1) or auto, got %q", v)
+	}
+	f.auto, f.size = false, n
+	return nil
+}
+
 // addWindowFlag declares --window.
-func addWindowFlag(fs *flag.FlagSet) *int {
-	return fs.Int("window", worker.DefaultWindow, "requests in flight per worker, exactly (200 suits vLLM's default of 256 running sequences); with --turns all a worker also holds conversations between two turns, up to twice this")
+func addWindowFlag(fs *flag.FlagSet) *windowFlags {
+	f := &windowFlags{size: worker.DefaultWindow}
+	fs.Var(f, "window", "requests in flight per worker, exactly (default 200, which suits vLLM's default of 256 running sequences), or auto: sized from the backend's own /metrics to keep its running slots busy with a small queue, starting at 200 and kept there if the backend serves no vLLM metrics; with --turns all a worker also holds conversations between two turns, up to twice this")
+	return f
+}
+
+// addWorkerWindowFlags declares --window and what shapes a worker's
+// window: --max-window, --window-poll and --hand-back-after.
+func addWorkerWindowFlags(fs *flag.FlagSet) *windowFlags {
+	f := addWindowFlag(fs)
+	fs.IntVar(&f.max, "max-window", worker.DefaultMaxWindow, "with --window auto, the most requests a worker may have in flight")
+	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read")
+	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's median time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
+	return f
+}
+
+// apply sets cfg's window fields from the flags.
+func (f *windowFlags) apply(cfg *worker.Config) {
+	cfg.Window, cfg.AutoWindow, cfg.MaxWindow, cfg.WindowPoll = f.size, f.auto, f.max, f.poll
+	cfg.HandBackAfter = f.handBack()
+}
+
+// handBack is --hand-back-after as worker.Config has it: negative for
+// never (the flag's 0).
+func (f *windowFlags) handBack() time.Duration {
+	if f.handBackAfter == 0 {
+		return -1
+	}
+	return f.handBackAfter
 }
 
 // addGraceFlag declares --grace.

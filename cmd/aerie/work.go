@@ -14,11 +14,11 @@ import (
 )
 
 func cmdWork(ctx context.Context, args []string) error {
-	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200] [--api-key-file F]")
+	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200|auto] [--api-key-file F]")
 	nf := addNATSFlags(fs, auth.Worker)
 	run := fs.String("run", "", "run name")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
-	window := addWindowFlag(fs)
+	window := addWorkerWindowFlags(fs)
 	grace := addGraceFlag(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
 	firstToken := fs.Duration("first-token-timeout", openai.DefaultFirstTokenTimeout, "a request fails (and is tried again) when its first token has not come this long after it was sent; generous, since vLLM queues requests behind a full batch")
@@ -39,7 +39,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := preflightWorker(ctx, nf, *run, bf.url, key, *window, log); err != nil {
+	if err := preflightWorker(ctx, nf, *run, bf.url, key, window.size, log); err != nil {
 		return err
 	}
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
@@ -52,7 +52,9 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	w, err := worker.New(worker.Config{Run: *run, Name: *name, Window: *window, Grace: *grace, Metrics: reg, Logger: log}, js, client)
+	wc := worker.Config{Run: *run, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
+	window.apply(&wc)
+	w, err := worker.New(wc, js, client)
 	if err != nil {
 		return err
 	}

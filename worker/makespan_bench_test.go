@@ -1,0 +1,224 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// Two servers of different speed and size, one worker each, as in the
+// fleet the automatic window is for: a large fast one (384 sequences at
+// 20 ms a token) and a small slow one (96 at 60 ms). Step times are flat
+// (no per-sequence cost, no prefill), so that a server's capacity is
+// exactly its sequences over the time an answer takes.
+const makespanPrompts = 4000
+
+// makespanSpeed is the servers' speed: 5 unless AERIE_MAKESPAN_SPEED says
+// otherwise. The worker must keep up with servers this much faster than
+// real ones (about 70 prompts/s at 5); on a machine too busy to, the
+// servers starve and the ratios measure the machine: lower it.
+var makespanSpeed = func() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("AERIE_MAKESPAN_SPEED"), 64); err == nil && v > 0 {
+		return v
+	}
+	return 5
+}()
+
+var makespanServers = []simulator.Config{
+	{Model: "test-model", MaxNumSeqs: 384, StepBase: 20 * time.Millisecond},
+	{Model: "test-model", MaxNumSeqs: 96, StepBase: 60 * time.Millisecond},
+}
+
+// makespanSim is a server of the benchmark at its speed. Answers are
+// lognormal about 1,400 tokens with sigma 0.3 (the longest of 4,000
+// about 4,000 tokens): with a heavier tail one answer alone is the
+// lower bound.
+func makespanSim(c simulator.Config) simulator.Config {
+	c.Speed = makespanSpeed
+	c.StepPerSeq, c.PrefillPerToken = -1, -1
+	c.OutputSigma = 0.3
+	c.ReasoningShare = -1
+	return c
+}
+
+// BenchmarkTwoBackendsMakespan runs 4,000 prompts through the two
+// servers with a fixed window of 200 per worker and with --window auto,
+// side by side in each iteration, and reports each run's lower bound
+// over its makespan (1 is perfect). The lower bound is the larger of
+//
+//   - n over the servers' summed capacity: a server of S sequences at
+//     t seconds a token, answering a mean of T tokens (the answers'
+//     actual completion tokens, which the simulator draws per prompt
+//     whichever server answers), completes S / (T x t) prompts a
+//     second at best;
+//   - the longest answer's tokens times the faster server's step time:
+//     no schedule finishes before it.
+//
+// Makespans run from the workers' start to the last answer's end; all
+// figures are in simulated seconds (wall time x speed).
+func BenchmarkTwoBackendsMakespan(b *testing.B) {
+	var fixed, auto []float64
+	for b.Loop() {
+		f := runMakespan(b, worker.Config{Window: worker.DefaultWindow})
+		a := runMakespan(b, worker.Config{AutoWindow: true})
+		for _, r := range []struct {
+			name string
+			makespanRun
+		}{{"fixed 200", f}, {"auto", a}} {
+			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs), lower bound %.0fs: %.2f; handed back %d; final windows %v",
+				makespanSpeed, r.name, r.makespan, r.half, r.most, r.bound, r.ratio(), r.handedBack, r.windows)
+		}
+		fixed, auto = append(fixed, f.ratio()), append(auto, a.ratio())
+	}
+	b.ReportMetric(median(fixed), "fixed200-bound/makespan")
+	b.ReportMetric(median(auto), "auto-bound/makespan")
+}
+
+type makespanRun struct {
+	makespan, bound float64 // simulated seconds
+	half, most      float64 // when half and 95% were answered
+	handedBack      int64
+	windows         []int
+}
+
+func (r makespanRun) ratio() float64 { return r.bound / r.makespan }
+
+func runMakespan(b *testing.B, base worker.Config) makespanRun {
+	b.Helper()
+	_, _, js := brokertest.Provisioned(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const run = "makespan"
+	if _, err := provision.WorkersConsumer(ctx, js, run, provision.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	brokertest.Queue(b, js, schema.Manifest{Run: run, Model: "test-model"}, brokertest.Prompts(makespanPrompts))
+
+	// Every period a worker keeps is scaled by the servers' speed, as
+	// aerie run does against its simulator.
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / makespanSpeed) }
+	base.Run = run
+	base.Logger = quiet
+	base.WindowPoll = scale(worker.DefaultWindowPoll)
+	base.HandBackAfter = scale(worker.DefaultHandBackAfter)
+	base.Heartbeat = scale(worker.DefaultHeartbeat)
+	base.PullWait = scale(worker.DefaultPullWait)
+
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var ws []*worker.Worker
+	var wg sync.WaitGroup
+	for i, sc := range makespanServers {
+		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, makespanSim(sc))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := base
+		cfg.Name = fmt.Sprintf("server%d", i)
+		w, err := worker.New(cfg, js, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	start := time.Now()
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(runCtx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	done := func() bool {
+		var n int64
+		for _, w := range ws {
+			n += w.Stats().Completed
+		}
+		return n >= makespanPrompts
+	}
+	brokertest.Eventually(b, 10*time.Minute, done, "every prompt answered")
+	r := makespanRun{}
+	for _, w := range ws {
+		s := w.Stats()
+		r.handedBack += s.TailHandedBack
+		r.windows = append(r.windows, s.Window)
+	}
+	stop()
+	wg.Wait()
+
+	var ends []time.Time
+	var tokens, longest int
+	for _, data := range storedMessages(b, js, schema.ResultsStream) {
+		res, err := schema.DecodeResult(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ends = append(ends, res.FinishedAt)
+		tokens += res.CompletionTokens
+		longest = max(longest, res.CompletionTokens)
+	}
+	slices.SortFunc(ends, time.Time.Compare)
+	last := ends[len(ends)-1]
+	at := func(q float64) float64 { return ends[int(q*float64(len(ends)-1))].Sub(start).Seconds() * makespanSpeed }
+	r.half, r.most = at(0.5), at(0.95)
+	mean := float64(tokens) / makespanPrompts
+	var capacity float64 // prompts per simulated second
+	fastest := makespanServers[0].StepBase
+	for _, sc := range makespanServers {
+		capacity += float64(sc.MaxNumSeqs) / (mean * sc.StepBase.Seconds())
+		fastest = min(fastest, sc.StepBase)
+	}
+	r.bound = max(makespanPrompts/capacity, float64(longest)*fastest.Seconds())
+	r.makespan = last.Sub(start).Seconds() * makespanSpeed
+	return r
+}
+
+// storedMessages returns the payloads of every message in stream.
+func storedMessages(b *testing.B, js jetstream.JetStream, stream string) [][]byte {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out [][]byte
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted
+		}
+		out = append(out, m.Data)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
