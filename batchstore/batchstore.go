@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,6 +266,21 @@ func (s *Store) take() []*Ticket {
 // message is handed back to go as a plain publish, which costs the server
 // the same fsync and the client no batch bookkeeping.
 func (s *Store) commit(batch []*Ticket) {
+	// A message over the server's max_payload would be refused by the
+	// client before reaching the server, halfway through the batch: it goes
+	// alone, to get the error that says so.
+	if limit := int(s.js.Conn().MaxPayload()); limit > 0 {
+		batch = slices.DeleteFunc(batch, func(t *Ticket) bool {
+			if t.size > limit {
+				t.settle(NotStored, nil)
+				return true
+			}
+			return false
+		})
+	}
+	if len(batch) == 0 {
+		return
+	}
 	if len(batch) == 1 || s.off.Load() {
 		settleAll(batch, NotStored, nil)
 		return
