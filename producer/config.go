@@ -105,6 +105,10 @@ type Config struct {
 	// Provision tunes the streams and the workers' consumer if this
 	// produce creates them; existing ones are used as they are.
 	Provision provision.Options
+
+	// alone publishes every prompt on its own instead of in atomic
+	// batches: for tests that inject faults into single publishes.
+	alone bool
 }
 
 // Validate checks the fields that do not need the file or the server.
