@@ -340,8 +340,8 @@ func unsupported(err error) bool {
 func (s *Store) turnOff(err error) {
 	s.off.Store(true)
 	s.warned.Do(func() {
-		s.opts.Logger.Warn("stream does not take atomic batches: storing each message on its own, with one fsync each; "+
-			"`aerie produce` with nats-server 2.12 or later turns atomic publish on for aerie's streams",
+		s.opts.Logger.Warn("stream does not take atomic batches: storing each message on its own, one fsync each; "+
+			"`aerie produce` allows atomic publish on aerie's streams where the server supports it (nats-server 2.15.2, the embedded one, does)",
 			"stream", s.opts.Stream, "err", err)
 	})
 	// Hand back what is queued: it would be refused the same way.

@@ -1,8 +1,12 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +101,52 @@ func TestBatchWithStoredResultKeepsFirstAnswer(t *testing.T) {
 			t.Errorf("%s: %q by %s; first answer kept: %v", id, r.Content, r.Worker, want)
 		}
 	}
+}
+
+// A results stream that does not take atomic batches (made by an older
+// aerie and not provisioned since, or on an older server) gets every
+// result stored on its own, after one warning.
+func TestResultsStreamWithoutAtomicPublishStoresEachAlone(t *testing.T) {
+	const n = 60
+	b := setupDurable(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := b.js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	f, url := newFakeLLM(t, &fakeLLM{hold: make(chan struct{})})
+	b.start(t, worker.Config{Name: "w", Window: n, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, url)
+	brokertest.Eventually(t, 20*time.Second, func() bool { in, _ := f.snapshot(); return in == n }, "%d requests at the backend", n)
+	close(f.hold)
+	b.waitSettled(t, 60*time.Second)
+	if res := b.results(t); len(res) != n {
+		t.Fatalf("%d results, want %d", len(res), n)
+	}
+	if c := strings.Count(logs.String(), "does not take atomic batches"); c != 1 {
+		t.Fatalf("%d warnings that batching is off, want 1:\n%s", c, logs.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
