@@ -37,10 +37,12 @@ const (
 	// DefaultMaxBytes bounds the payload of one batch, so that a burst of
 	// large messages is not held in the client's buffer all at once.
 	DefaultMaxBytes = 8 << 20
-	// DefaultInFlight is how many batches may be committing at once: while
-	// one waits for its fsync the next is being sent, far below the
-	// server's limit of 50 per stream.
-	DefaultInFlight = 2
+	// DefaultInFlight is how many batches may be committing at once. One:
+	// the next batch fills while one is being stored, and the server
+	// commits a stream's batches one at a time anyway; two or four in
+	// flight made smaller batches and measured slower end to end. The
+	// server allows 50 per stream.
+	DefaultInFlight = 1
 	// DefaultTimeout bounds the wait for a batch's acknowledgement: the
 	// server abandons a batch it has not seen committed in 10 seconds.
 	DefaultTimeout = 10 * time.Second
