@@ -14,11 +14,11 @@ import (
 
 // Defaults for Config.
 const (
-	// DefaultMaxPending bounds the publishes awaiting their acknowledgement.
-	// 256 keeps the server busy (acks come back in well under a
-	// millisecond on a local broker) while a failure never leaves more than
-	// a few hundred prompts to retry.
-	DefaultMaxPending = 256
+	// DefaultMaxPending bounds the prompts awaiting their acknowledgement.
+	// 1,024 lets the batch being filled while another is stored grow to
+	// hundreds of prompts (one fsync each batch), while a failure never
+	// leaves more than about a thousand prompts to retry.
+	DefaultMaxPending = 1024
 	// DefaultRetries is how many times one prompt is published before it
 	// is reported as not queued. With the backoff between attempts (0.25 s
 	// doubling, at most 5 s) five attempts outlast a cluster leader
@@ -105,6 +105,10 @@ type Config struct {
 	// Provision tunes the streams and the workers' consumer if this
 	// produce creates them; existing ones are used as they are.
 	Provision provision.Options
+
+	// alone publishes every prompt on its own instead of in atomic
+	// batches: for tests that inject faults into single publishes.
+	alone bool
 }
 
 // Validate checks the fields that do not need the file or the server.

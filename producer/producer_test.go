@@ -156,6 +156,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 	e := setup(t)
 	const n = 1000
 	cfg := e.config(e.file(t, "prompts.jsonl", promptLines(0, n)))
+	cfg.alone = true // interrupted after a number of single publishes
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	defer cancel()
 	js := newFaultyJS(e.js, func(_ string, _, calls int) fault {
@@ -184,6 +185,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 		t.Fatalf("after the interruption %d prompts are stored and %d reported published", stored, rep.Published)
 	}
 
+	cfg.alone = false // resumed in batches
 	rep, err = Run(ctxFor(t), e.js, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/batchstore"
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // Timing of publishes (the acknowledgement timeout is Config.AckTimeout).
@@ -47,6 +49,11 @@ type entry struct {
 	msg      *nats.Msg
 	attempts int
 	future   jetstream.PubAckFuture
+	// ticket, while not nil, is the latest attempt's place in a group
+	// commit (instead of future); alone says the prompt goes on its own
+	// from now on, since a batch did not store it.
+	ticket *batchstore.Ticket
+	alone  bool
 	// sentAt is when the latest attempt was sent: its acknowledgement is
 	// due by sentAt plus the acknowledgement timeout.
 	sentAt  time.Time
@@ -120,6 +127,9 @@ type publisher struct {
 	startSeq   uint64
 	limit      int64
 	meter      *meter
+	// batch group-commits prompts to the prompts stream; nil publishes
+	// each on its own.
+	batch *batchstore.Store
 
 	slots    chan struct{}
 	inflight chan *entry
@@ -138,12 +148,16 @@ type publisher struct {
 // bytes.
 func newPublisher(js jetstream.JetStream, cfg Config, stream jetstream.Stream, limit int64, m *meter) *publisher {
 	var startSeq uint64
+	var batch *batchstore.Store
 	if stream != nil {
 		startSeq = stream.CachedInfo().State.LastSeq
 	}
+	if stream != nil && !cfg.alone {
+		batch = batchstore.New(js, batchstore.Options{Stream: schema.PromptsStream, Logger: cfg.Logger})
+	}
 	return &publisher{
 		js: js, stream: stream, run: cfg.Run, file: cfg.PromptsFile, retries: cfg.Retries, ackTimeout: cfg.AckTimeout,
-		startSeq: startSeq, limit: limit, meter: m,
+		startSeq: startSeq, limit: limit, meter: m, batch: batch,
 		slots:    make(chan struct{}, cfg.MaxPending),
 		inflight: make(chan *entry, cfg.MaxPending),
 		retry:    make(chan *entry, cfg.MaxPending),
@@ -196,6 +210,9 @@ wait:
 	}
 	close(p.inflight)
 	<-p.done
+	if p.batch != nil {
+		p.batch.Close()
+	}
 	for {
 		select {
 		case r := <-p.retry:
@@ -225,9 +242,17 @@ func (p *publisher) resend(ctx context.Context, e *entry) {
 	p.send(ctx, e)
 }
 
-// send makes one publish attempt. The message is copied for each attempt:
-// the client library sets headers on the message it is given.
+// send makes one publish attempt: into the group commit, or on its own
+// once a batch has not stored the prompt. The message is copied for each
+// attempt: the client library sets headers on the message it is given.
 func (p *publisher) send(ctx context.Context, e *entry) {
+	if p.batch != nil && !e.alone && !p.batch.Off() {
+		m := copyMsg(e.msg)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		e.ticket, e.future, e.sentAt = p.batch.Submit(m), nil, time.Now()
+		p.inflight <- e
+		return
+	}
 	e.attempts++
 	f, err := p.js.PublishMsgAsync(copyMsg(e.msg),
 		jetstream.WithExpectLastSequencePerSubject(0),
@@ -251,8 +276,50 @@ func (p *publisher) collect(ctx context.Context) {
 	timer := time.NewTimer(p.ackTimeout)
 	timer.Stop()
 	for e := range p.inflight {
+		if e.ticket != nil {
+			p.settleBatched(ctx, e, timer)
+			continue
+		}
 		ack, err := p.await(ctx, e, timer)
 		p.settle(ctx, e, ack, err)
+	}
+}
+
+// settleBatched decides what becomes of a prompt sent to the group commit:
+// stored with its batch, or handed back to be published on its own at
+// once. A batch the server refused stored nothing, so that costs no
+// attempt; one of unknown fate counts as an attempt, so that finding the
+// prompt stored afterwards is checked against this produce.
+func (p *publisher) settleBatched(ctx context.Context, e *entry, timer *time.Timer) {
+	o := batchstore.MaybeStored
+	select {
+	case <-e.ticket.Done():
+		o, _ = e.ticket.Outcome()
+	default:
+		if wait := time.Until(e.sentAt.Add(p.ackTimeout)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-e.ticket.Done():
+				o, _ = e.ticket.Outcome()
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			timer.Stop()
+		}
+	}
+	e.ticket, e.alone = nil, true
+	switch {
+	case o == batchstore.Stored:
+		e.attempts++
+		p.succeed(e, false)
+	case ctx.Err() != nil:
+		p.fail(e, interruptedReason(e, ctx.Err()))
+	default:
+		if o == batchstore.MaybeStored {
+			e.attempts++
+		}
+		e.retryAt = time.Now()
+		p.retry <- e
 	}
 }
 

@@ -107,6 +107,7 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 	e := setup(t)
 	const n = 100
 	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
+	cfg.alone = true // the faults are injected into single publishes
 	faults := map[string]fault{}
 	for i := 0; i < n; i += 10 {
 		faults[schema.PromptSubject(cfg.Run, schema.Unit{ID: fmt.Sprintf("p-%05d", i)})] = failSync
@@ -141,6 +142,7 @@ func TestPublishFailureIsReportedAndRepaired(t *testing.T) {
 	const n = 20
 	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
 	cfg.Retries = 3
+	cfg.alone = true // the fault is injected into single publishes
 	broken := schema.PromptSubject(cfg.Run, schema.Unit{ID: "p-00004"})
 	js := newFaultyJS(e.js, func(subject string, _, _ int) fault {
 		if subject == broken {
@@ -169,6 +171,7 @@ func TestPublishFailureIsReportedAndRepaired(t *testing.T) {
 		t.Errorf("summary does not show the failure:\n%s", logs)
 	}
 
+	cfg.alone = false // the repair goes in a batch, refused whole for the prompts queued
 	rep, err = Run(ctxFor(t), e.js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +191,7 @@ func TestMaxPendingBoundsOutstandingPublishes(t *testing.T) {
 	const n, limit = 300, 8
 	cfg := e.config(e.file(t, "p.jsonl", promptLines(0, n)))
 	cfg.MaxPending = limit
+	cfg.alone = true // bounds the asynchronous single publishes
 	worst := 0
 	var pending func() int
 	js := newFaultyJS(e.js, func(string, int, int) fault {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,6 +50,9 @@ type Options struct {
 	AckWait       time.Duration
 	MaxDeliver    int
 	MaxAckPending int
+	// Logger receives the warning that an existing stream could not be
+	// changed to take atomic batches; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
@@ -63,6 +67,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxAckPending == 0 {
 		o.MaxAckPending = DefaultMaxAckPending
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	return o
 }
@@ -84,6 +91,9 @@ func oncePerSubject(name, root, description string, replicas int) jetstream.Stre
 		Discard:              jetstream.DiscardNew,
 		DiscardNewPerSubject: true,
 		AllowDirect:          true,
+		// Workers and producers store in atomic batches, which a server
+		// with sync_interval always writes with one fsync per batch.
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -121,6 +131,9 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	for _, cfg := range configs {
 		if err := ensureStream(ctx, js, cfg); err != nil {
 			return err
+		}
+		if cfg.AllowAtomicPublish {
+			allowAtomic(ctx, js, cfg.Name, opts.Logger)
 		}
 	}
 	if _, err := RunsBucket(ctx, js, opts); err != nil {

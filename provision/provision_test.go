@@ -94,3 +94,39 @@ func TestConsumerWithoutStreamSaysWhatToDo(t *testing.T) {
 		t.Fatalf("err = %v, want advice to run aerie produce", err)
 	}
 }
+
+// Streams made by an older aerie, without atomic publish, are changed to
+// take atomic batches by the next provisioning, which keeps the rest of
+// their configuration; the server takes the change.
+func TestProvisionAllowsAtomicPublishOnOlderStreams(t *testing.T) {
+	s := brokertest.Start(t)
+	_, js := brokertest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: schema.ResultsStream, Subjects: []string{schema.ResultsRoot + ".>"},
+		Description: "edited by an operator", Storage: jetstream.FileStorage,
+		MaxMsgsPerSubject: 1, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{schema.PromptsStream, schema.ResultsStream, schema.DeadStream, schema.TurnsStream} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.CachedInfo().Config.AllowAtomicPublish {
+			t.Errorf("stream %s does not allow atomic publish", name)
+		}
+	}
+	st, err := js.Stream(ctx, schema.ResultsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := st.CachedInfo().Config.Description; d != "edited by an operator" {
+		t.Fatalf("the existing stream's configuration was replaced: description %q", d)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/batchstore"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -160,8 +161,29 @@ func (w *Worker) store(ctx context.Context, m *nats.Msg) error {
 // (ours) or the subject held a message already. A publish of m that was
 // stored but whose acknowledgement was lost counts as not ours: m's
 // subject then holds m or an earlier message, to be read to know which.
+//
+// Results and turns go first to the stream's group commit, to be stored
+// in one atomic batch with others; a message the batch did not store
+// (alone, refused whole because another message of it was already
+// stored, or of unknown fate) is then published on its own, which tells
+// whether its subject already held a message.
 func (w *Worker) storeOnce(ctx context.Context, m *nats.Msg) (ours bool, err error) {
 	deadline := time.Now().Add(publishBudget)
+	if b := w.batchFor(m.Subject); b != nil {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		o, _ := b.Submit(m).Wait(wctx)
+		cancel()
+		if o == batchstore.Stored {
+			return true, nil
+		}
+	}
+	return w.storeAlone(ctx, m, deadline)
+}
+
+// storeAlone is storeOnce for one message on its own, retried until
+// deadline.
+func (w *Worker) storeAlone(ctx context.Context, m *nats.Msg, deadline time.Time) (ours bool, err error) {
 	for i := 1; ; i++ {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		ack, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))

@@ -90,6 +90,8 @@ type Worker struct {
 	// redelivered prompt's earlier outcome is looked for, and, for a run
 	// with --turns all, the turns stream.
 	results, dead, turns jetstream.Stream
+	// batches group-commit results and turns while Run runs.
+	batches batches
 }
 
 // flight is one request being generated.
@@ -267,6 +269,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		go w.handBackTail(work, cons)
 	}
 
+	defer w.startBatches()() // stopped once every prompt is settled
 	var wg sync.WaitGroup
 	w.pull(ctx, cons, &wg, work)
 
