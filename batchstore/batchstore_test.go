@@ -21,7 +21,7 @@ import (
 // setup starts a server that fsyncs every write, as aerie's does, and
 // creates a once-per-subject stream over "t.>", taking atomic batches
 // when atomic is set.
-func setup(t *testing.T, atomic bool) (jetstream.JetStream, jetstream.Stream) {
+func setup(t testing.TB, atomic bool) (jetstream.JetStream, jetstream.Stream) {
 	t.Helper()
 	s, err := broker.Start(broker.Config{StoreDir: t.TempDir()})
 	if err != nil {
