@@ -82,9 +82,9 @@ type Config struct {
 	Preflight func(ctx context.Context, natsURL, backendURL, model string) error
 	// Progress receives the producer's progress; nil for none.
 	Progress io.Writer
-	// OnEvent sees the throughput events (the live display) from the
-	// moment every prompt is queued: until then Progress has the
-	// terminal.
+	// OnEvent sees every throughput event (the live display); when
+	// Progress is a terminal, only those from the moment every prompt is
+	// queued, for until then the producer's progress bar has it.
 	OnEvent func(schema.Throughput)
 	// Observer, if set, sees what the aggregator sees (the live page).
 	Observer aggregator.Observer
@@ -219,7 +219,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stopAgg()
 	agg, err := aggregator.New(aggregator.Config{
 		Run: cfg.Run, DataDir: cfg.DataDir, EventInterval: cfg.EventInterval,
-		ExitWhenDone: true, OnEvent: prod.after(cfg.OnEvent), Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
+		ExitWhenDone: true, OnEvent: onEvent(cfg, prod), Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
 	}, js)
 	if err != nil {
 		return nil, err
@@ -381,7 +381,7 @@ type production struct {
 	// what it returned.
 	done chan struct{}
 	err  error
-	// finished is set with done: see after.
+	// finished is set with done: see onEvent.
 	finished atomic.Bool
 }
 
@@ -432,12 +432,13 @@ func (p *production) wait() error {
 	return p.err
 }
 
-// after returns f called only once the producer has returned, nil for a
-// nil f: the live display takes the terminal only once the producer's
-// progress bar is finished with it.
-func (p *production) after(f func(schema.Throughput)) func(schema.Throughput) {
-	if f == nil {
-		return nil
+// onEvent is cfg.OnEvent, called only once the producer has returned
+// when cfg.Progress is a terminal: the live display takes the terminal
+// only once the producer's progress bar is finished with it.
+func onEvent(cfg Config, p *production) func(schema.Throughput) {
+	f := cfg.OnEvent
+	if f == nil || cfg.Progress == nil || !IsTerminal(cfg.Progress) {
+		return f
 	}
 	return func(s schema.Throughput) {
 		if p.finished.Load() {
