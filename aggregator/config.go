@@ -29,10 +29,8 @@ const (
 )
 
 // fetchWait bounds one fetch: it is how long a stopping aggregator may
-// wait for its open fetch to end (see consume). The server ends a fetch
-// a tenth of it earlier, so that what it sends is never sent to a fetch
-// the client has stopped reading.
-const fetchWait = 2 * time.Second
+// wait for its open fetch to end (see consume).
+const fetchWait = time.Second
 
 // Config configures an aggregator. Zero fields take the defaults above.
 type Config struct {

@@ -32,33 +32,19 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 			continue
 		}
 		// A fetch lasts until the server ends it (it has brought Batch
-		// messages or FetchBytes, or fetchWait is over), so that a
-		// stopping aggregator writes whatever the server has sent it.
-		// Once the run is done and the aggregator exits with it, nothing
-		// is left to come and the fetch is given up at once.
-		fetchCtx, giveUp := context.WithTimeout(context.WithoutCancel(ctx), a.fetchWait)
-		stopExiting := context.AfterFunc(ctx, func() {
-			if a.exitingDone() {
-				giveUp()
-			}
-		})
-		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchContext(fetchCtx), jetstream.FetchMaxBytes(maxBytes))
+		// messages or FetchBytes, or fetchWait is over); it is never
+		// given up by the client, since messages the server sent to a
+		// fetch given up would wait out AggregatorAckWait. So a stopping
+		// aggregator writes whatever the server has sent it.
+		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(a.fetchWait), jetstream.FetchMaxBytes(maxBytes))
 		if err == nil {
-			if !a.writeArrived(ctx, batch.Messages(), write, &failures, giveUp) {
-				stopExiting()
-				giveUp()
+			if !a.writeArrived(ctx, batch.Messages(), write, &failures) {
 				return nil
 			}
 			err = batch.Error()
 		}
-		stopExiting()
-		gaveUp := errors.Is(fetchCtx.Err(), context.Canceled)
-		giveUp()
 		if ctx.Err() != nil {
 			return nil
-		}
-		if errors.Is(err, context.DeadlineExceeded) || gaveUp && errors.Is(err, context.Canceled) {
-			err = nil // over, or given up by writeArrived
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 			failures++
@@ -76,13 +62,11 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 // the last results of a run are written at once, not when the fetch
 // expires, and under load the groups grow by themselves, so that one
 // fsync covers many results (up to the fetch's bounds in count and
-// bytes). Once a write fails, or the lease is in doubt, the fetch is
-// given up (giveUp), so that what it would still bring stays on the
-// server rather than come back again and again while nothing can be
-// written; what has arrived is handed back. After a failed write
-// writeArrived waits out the backoff; it returns false if ctx ends
+// bytes). Once a write fails, or while the lease is in doubt, the rest
+// of the fetch is handed back as it arrives; after a failed write
+// writeArrived waits out the backoff. It returns false if ctx ends
 // meanwhile.
-func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg, write func([]jetstream.Msg) error, failures *int, giveUp func()) bool {
+func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg, write func([]jetstream.Msg) error, failures *int) bool {
 	failed := false
 	for m := range msgs {
 		group := []jetstream.Msg{m}
@@ -99,14 +83,12 @@ func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg
 			}
 		}
 		if failed || !a.owner.valid() {
-			giveUp()
 			nakAll(group, time.Second)
 			continue
 		}
 		if err := write(group); err != nil {
 			*failures++
 			failed = true
-			giveUp()
 			a.setWriteError(err)
 			a.metrics.writeFailed()
 			a.log.Error("CANNOT WRITE OUTPUT: not acknowledging results until it works; free disk space or fix the data directory's permissions",
@@ -121,20 +103,6 @@ func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg
 		*failures = 0
 	}
 	return !failed || sleepCtx(ctx, backoff(*failures))
-}
-
-// exitingDone reports whether the aggregator is stopping because the run
-// is done and Config.ExitWhenDone is set.
-func (a *Aggregator) exitingDone() bool {
-	if !a.cfg.ExitWhenDone {
-		return false
-	}
-	select {
-	case <-a.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // nakAll hands messages back to be delivered again after delay.
