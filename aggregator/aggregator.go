@@ -64,6 +64,8 @@ type Aggregator struct {
 	paused   map[string]pausedInfo // guarded by last
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
+	// fetchWait bounds one fetch (see the constant; tests lengthen it).
+	fetchWait time.Duration
 }
 
 // pausedInfo is a worker's latest word that it is paused.
@@ -95,6 +97,8 @@ func New(cfg Config, js jetstream.JetStream) (*Aggregator, error) {
 		dir:  filepath.Join(cfg.DataDir, cfg.Run),
 		done: make(chan struct{}),
 		kick: make(chan struct{}, 1),
+
+		fetchWait: fetchWait,
 	}
 	if cfg.Metrics != nil {
 		if err := a.registerMetrics(cfg.Metrics); err != nil {

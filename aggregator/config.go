@@ -28,6 +28,10 @@ const (
 	DefaultFetchBytes = 64 << 20
 )
 
+// fetchWait bounds one fetch: it is how long a stopping aggregator may
+// wait for its open fetch to end (see consume).
+const fetchWait = time.Second
+
 // Config configures an aggregator. Zero fields take the defaults above.
 type Config struct {
 	// Run is the run to aggregate; required.

@@ -14,10 +14,10 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// consume fetches batches from cons and hands each to write, which must
-// make them durable and acknowledge them. It returns when ctx ends; a
-// failing write is retried (the batch is not acknowledged, so it comes
-// again).
+// consume fetches batches from cons and hands their messages to write,
+// which must make them durable and acknowledge them. It returns when ctx
+// ends; a failing write is retried (the messages are not acknowledged,
+// so they come again).
 func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write func([]jetstream.Msg) error) error {
 	failures := 0
 	maxBytes := max(a.cfg.FetchBytes, 2*int(a.nc.MaxPayload()))
@@ -31,40 +31,20 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 			}
 			continue
 		}
-		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(time.Second), jetstream.FetchMaxBytes(maxBytes))
-		var msgs []jetstream.Msg
+		// A fetch lasts until the server ends it (it has brought Batch
+		// messages or FetchBytes, or fetchWait is over); it is never
+		// given up by the client, since messages the server sent to a
+		// fetch given up would wait out AggregatorAckWait. So a stopping
+		// aggregator writes whatever the server has sent it.
+		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(a.fetchWait), jetstream.FetchMaxBytes(maxBytes))
 		if err == nil {
-			for m := range batch.Messages() {
-				msgs = append(msgs, m)
+			if !a.writeArrived(ctx, batch.Messages(), write, &failures) {
+				return nil
 			}
 			err = batch.Error()
 		}
-		if len(msgs) > 0 && !a.owner.valid() {
-			for _, m := range msgs {
-				_ = m.NakWithDelay(time.Second)
-			}
-			continue
-		}
-		if len(msgs) > 0 {
-			if werr := write(msgs); werr != nil {
-				failures++
-				a.setWriteError(werr)
-				a.metrics.writeFailed()
-				a.log.Error("CANNOT WRITE OUTPUT: not acknowledging results until it works; free disk space or fix the data directory's permissions",
-					"err", werr, "attempt", failures, "retry_in", backoff(failures))
-				for _, m := range msgs {
-					_ = m.NakWithDelay(time.Second)
-				}
-				if !sleepCtx(ctx, backoff(failures)) {
-					return nil
-				}
-				continue
-			}
-			if failures > 0 {
-				a.log.Info("writing output again", "after_attempts", failures)
-			}
-			a.setWriteError(nil)
-			failures = 0
+		if ctx.Err() != nil {
+			return nil
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 			failures++
@@ -75,6 +55,61 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		}
 	}
 	return nil
+}
+
+// writeArrived writes the messages of one fetch as they arrive, each
+// group being what has arrived by the time the previous write is done:
+// the last results of a run are written at once, not when the fetch
+// expires, and under load the groups grow by themselves, so that one
+// fsync covers many results (up to the fetch's bounds in count and
+// bytes). Once a write fails, or while the lease is in doubt, the rest
+// of the fetch is handed back as it arrives; after a failed write
+// writeArrived waits out the backoff. It returns false if ctx ends
+// meanwhile.
+func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg, write func([]jetstream.Msg) error, failures *int) bool {
+	failed := false
+	for m := range msgs {
+		group := []jetstream.Msg{m}
+	more:
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break more
+				}
+				group = append(group, m)
+			default:
+				break more
+			}
+		}
+		if failed || !a.owner.valid() {
+			nakAll(group, time.Second)
+			continue
+		}
+		if err := write(group); err != nil {
+			*failures++
+			failed = true
+			a.setWriteError(err)
+			a.metrics.writeFailed()
+			a.log.Error("CANNOT WRITE OUTPUT: not acknowledging results until it works; free disk space or fix the data directory's permissions",
+				"err", err, "attempt", *failures, "retry_in", backoff(*failures))
+			nakAll(group, time.Second)
+			continue
+		}
+		if *failures > 0 {
+			a.log.Info("writing output again", "after_attempts", *failures)
+		}
+		a.setWriteError(nil)
+		*failures = 0
+	}
+	return !failed || sleepCtx(ctx, backoff(*failures))
+}
+
+// nakAll hands messages back to be delivered again after delay.
+func nakAll(msgs []jetstream.Msg, delay time.Duration) {
+	for _, m := range msgs {
+		_ = m.NakWithDelay(delay)
+	}
 }
 
 func backoff(n int) time.Duration {

@@ -23,6 +23,11 @@ const doneSettle = time.Second
 // reconcile under way) is not final. So the run must be found complete
 // with nothing queued twice, doneSettle apart. Called from the event
 // loop only; a false answer schedules the next look.
+//
+// A run whose every unit has a completion is done at once: a completion
+// is final (a replay reopens failed units only), so no look later can
+// find it otherwise, and its end is reported as soon as its last line
+// is written.
 func (a *Aggregator) confirmDone(ctx context.Context, now time.Time) bool {
 	if !a.complete.IsZero() && now.Sub(a.complete) < doneSettle {
 		return false // a look is scheduled
@@ -30,6 +35,9 @@ func (a *Aggregator) confirmDone(ctx context.Context, now time.Time) bool {
 	if !a.completeNow(ctx) {
 		a.complete = time.Time{}
 		return false
+	}
+	if a.allCompleted() {
+		return true
 	}
 	if a.complete.IsZero() {
 		a.complete = now
@@ -65,6 +73,13 @@ func (a *Aggregator) completeNow(ctx context.Context) bool {
 		return false
 	}
 	return true
+}
+
+// allCompleted reports whether every unit of the run has a completion.
+func (a *Aggregator) allCompleted() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.completions.count() >= a.total
 }
 
 // queued is the number of the run's prompts waiting to be delivered.

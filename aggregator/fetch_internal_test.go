@@ -69,3 +69,62 @@ func TestFetchIsBoundedInBytes(t *testing.T) {
 	}
 	t.Logf("largest batch %d MiB of %d MiB published (bound %d MiB)", largest>>20, n*size>>20, limit>>20)
 }
+
+// Results are written as they arrive, not when the fetch that brings
+// them has filled or expired: the last results of a run, fewer than a
+// batch, are written at once.
+func TestWritesWhileFetchIsOpen(t *testing.T) {
+	_, _, js := brokertest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range []string{"a", "b", "c"} {
+		data, err := schema.EncodeResult(&schema.Result{Run: "tail", ID: id, Content: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, schema.ResultSubject("tail", schema.Unit{ID: id}), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := provision.ResultsConsumer(ctx, js, "tail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Run: "tail", Logger: slog.New(slog.DiscardHandler)}, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.fetchWait = 10 * time.Second // a fetch that ends is one that was waited out
+	a.owner = &owner{}
+	a.owner.validUntil.Store(time.Now().Add(time.Hour).UnixNano())
+	type write struct{ msgs, waiting int }
+	writes := make(chan write, 10)
+	consumeCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_ = a.consume(consumeCtx, cons, func(msgs []jetstream.Msg) error {
+			for _, m := range msgs {
+				_ = m.Ack()
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				t.Error(err)
+				return err
+			}
+			writes <- write{len(msgs), info.NumWaiting}
+			return nil
+		})
+	}()
+	got := 0
+	for got < 3 {
+		select {
+		case w := <-writes:
+			got += w.msgs
+			if w.waiting == 0 {
+				t.Errorf("%d results were written only once the fetch that brought them had ended", w.msgs)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of 3 results written", got)
+		}
+	}
+}

@@ -78,7 +78,10 @@ func TestMetricsDuringRun(t *testing.T) {
 		}
 		second = f
 		c, _ := f.Sum("aerie_run_completed_prompts", "run", "metrics")
-		return c > c1
+		// A worker counts a prompt once its ack is confirmed, which
+		// may be after the aggregator has written its result.
+		w, _ := f.Sum("aerie_worker_outcomes_total", "outcome", "completed")
+		return c > c1 && w > 0
 	}, "completions to rise past %v", c1)
 
 	names, err := os.ReadFile("../metrics/names.txt")

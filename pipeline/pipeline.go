@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,7 +92,9 @@ type Config struct {
 	Preflight func(ctx context.Context, natsURL, backendURL, model string) error
 	// Progress receives the producer's progress; nil for none.
 	Progress io.Writer
-	// OnEvent sees every throughput event (the live display).
+	// OnEvent sees every throughput event (the live display); when
+	// Progress is a terminal, only those from the moment every prompt is
+	// queued, for until then the producer's progress bar has it.
 	OnEvent func(schema.Throughput)
 	// Observer, if set, sees what the aggregator sees (the live page).
 	Observer aggregator.Observer
@@ -137,6 +140,11 @@ type Summary struct {
 // Run runs the pipeline until every prompt is completed or failed, or ctx
 // ends (Ctrl-C): then workers stop pulling, in-flight prompts get the grace
 // period, and everything shuts down in order. Running it again resumes.
+//
+// The workers and the aggregator start once the run's manifest is
+// stored, so that they generate while the prompts are being queued. If
+// queuing fails, the run stops (workers get their grace) and Run ends
+// with the producer's error.
 //
 // Before anything is queued the backend must serve the run's model, so a
 // wrong --model fails within seconds and leaves no manifest behind. If
@@ -208,15 +216,20 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	defer nc.Close()
-	if err := produce(ctx, js, cfg, be.model, log); err != nil {
+	// The aggregator and the workers start as soon as the manifest is
+	// stored, while the prompts are still being queued: its total is
+	// final, and they take prompts as they arrive.
+	prod, err := startProduce(ctx, js, cfg, be.model, log)
+	if err != nil {
 		return nil, err
 	}
+	defer func() { prod.stop(); _ = prod.wait() }()
 
 	aggCtx, stopAgg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAgg()
 	agg, err := aggregator.New(aggregator.Config{
 		Run: cfg.Run, DataDir: cfg.DataDir, EventInterval: cfg.EventInterval,
-		ExitWhenDone: true, OnEvent: cfg.OnEvent, Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
+		ExitWhenDone: true, OnEvent: onEvent(cfg, prod), Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
 	}, js)
 	if err != nil {
 		return nil, err
@@ -234,7 +247,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 
-	runErr := waitForEnd(ctx, agg, aggErr, ws, log)
+	runErr := waitForEnd(ctx, agg, aggErr, ws, prod, log)
+	if runErr != nil {
+		prod.stop() // the run ends without its last prompts
+	}
+	if err := prod.wait(); err != nil && runErr == nil {
+		runErr = err
+	}
 	stopWork()
 	ws.wait()
 	workTime := time.Since(workStart)
@@ -248,24 +267,35 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	return sum, runErr
 }
 
-// waitForEnd waits until the run is done, ctx ends, the aggregator fails
-// or every worker has stopped, and returns the error that ends the run,
-// if any. An error of the aggregator is put back in aggErr for the caller.
-func waitForEnd(ctx context.Context, agg *aggregator.Aggregator, aggErr chan error, ws *workers, log *slog.Logger) error {
-	select {
-	case <-agg.Done():
-		return nil
-	case err := <-aggErr:
-		aggErr <- err
-		return err
-	case <-ctx.Done():
-	case <-ws.stopped:
-		if ctx.Err() == nil {
-			return ws.err()
+// waitForEnd waits until the run is done, ctx ends, queuing the prompts
+// fails, the aggregator fails or every worker has stopped, and returns
+// the error that ends the run, if any. An error of the aggregator is put
+// back in aggErr for the caller.
+func waitForEnd(ctx context.Context, agg *aggregator.Aggregator, aggErr chan error, ws *workers, prod *production, log *slog.Logger) error {
+	produced := prod.done
+	for {
+		select {
+		case <-agg.Done():
+			return nil
+		case <-produced:
+			if err := prod.err; err != nil && ctx.Err() == nil {
+				log.Error("queuing the prompts failed: stopping the run", "err", err)
+				return err
+			}
+			produced = nil // every prompt is queued: wait for the rest
+			continue
+		case err := <-aggErr:
+			aggErr <- err
+			return err
+		case <-ctx.Done():
+		case <-ws.stopped:
+			if ctx.Err() == nil {
+				return ws.err()
+			}
 		}
+		log.Info("interrupted: stopping workers (run the same command again to resume)")
+		return nil
 	}
-	log.Info("interrupted: stopping workers (run the same command again to resume)")
-	return nil
 }
 
 // startBroker starts the embedded NATS server, its store under DataDir.
@@ -353,21 +383,78 @@ func startBackend(ctx, simCtx context.Context, wg *sync.WaitGroup, cfg Config, l
 	return be, nil
 }
 
-// produce queues the prompts (idempotent: on a resume it finds every
-// prompt queued), so that the manifest exists before anyone waits for it.
-func produce(ctx context.Context, js jetstream.JetStream, cfg Config, model string, log *slog.Logger) error {
+// production is the queuing of a run's prompts, going on beside its
+// workers and aggregator.
+type production struct {
+	cancel context.CancelFunc
+	// done is closed when the producer has returned, err then being
+	// what it returned.
+	done chan struct{}
+	err  error
+	// finished is set with done: see onEvent.
+	finished atomic.Bool
+}
+
+// startProduce creates the streams and starts queuing the prompts
+// (idempotent: on a resume it finds every prompt queued). It returns
+// once the run's manifest is stored, so that the aggregator and the
+// workers find it, or with the error that stopped the producer before.
+func startProduce(ctx context.Context, js jetstream.JetStream, cfg Config, model string, log *slog.Logger) (*production, error) {
 	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
-		return err
+		return nil, err
 	}
-	rep, err := producer.Run(ctx, js, producerConfig(cfg, model, log))
-	if err != nil {
-		if ctx.Err() != nil {
-			return errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
+	pctx, cancel := context.WithCancel(ctx)
+	p := &production{cancel: cancel, done: make(chan struct{})}
+	accepted := make(chan struct{})
+	pcfg := producerConfig(cfg, model, log)
+	pcfg.Accepted = func(*schema.Manifest) { close(accepted) }
+	go func() {
+		defer close(p.done)
+		defer p.finished.Store(true)
+		rep, err := producer.Run(pctx, js, pcfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = errors.New("interrupted while queuing prompts: run the same command again to resume (nothing is queued twice)")
+			}
+			p.err = err
+			return
 		}
-		return err
+		log.Info("prompts queued", "prompts", rep.Valid, "samples", rep.Samples, "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
+	}()
+	select {
+	case <-accepted:
+		return p, nil
+	case <-p.done:
+		if p.err != nil {
+			cancel()
+			return nil, p.err
+		}
+		return p, nil
 	}
-	log.Info("prompts queued", "prompts", rep.Valid, "samples", rep.Samples, "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
-	return nil
+}
+
+// stop asks the producer to stop; wait then returns its error.
+func (p *production) stop() { p.cancel() }
+
+// wait waits for the producer to return and returns its error.
+func (p *production) wait() error {
+	<-p.done
+	return p.err
+}
+
+// onEvent is cfg.OnEvent, called only once the producer has returned
+// when cfg.Progress is a terminal: the live display takes the terminal
+// only once the producer's progress bar is finished with it.
+func onEvent(cfg Config, p *production) func(schema.Throughput) {
+	f := cfg.OnEvent
+	if f == nil || cfg.Progress == nil || !IsTerminal(cfg.Progress) {
+		return f
+	}
+	return func(s schema.Throughput) {
+		if p.finished.Load() {
+			f(s)
+		}
+	}
 }
 
 // producerConfig is the produce of the run, generating with model.

@@ -28,6 +28,16 @@ type workers struct {
 	failed []error // why workers stopped, in the order they did
 }
 
+// pullWait bounds the workers' pull requests. A stopping worker waits
+// for its open pull to end rather than give it up, since prompts the
+// server sends to a pull given up would wait out the consumer's ack wait
+// before anyone got them; so at the end of a run the workers stop up to
+// one pull wait after the last answer is written. A pull that finds
+// fewer prompts than it asked for costs one request to the broker on
+// this host, so a short wait costs next to nothing, while the default
+// (worker.DefaultPullWait) would add up to seconds to every run.
+const pullWait = 250 * time.Millisecond
+
 // startWorkers starts cfg.Workers workers, each running until ctx ends.
 // Every worker is made before any starts, so that a failure leaves none
 // running.
@@ -42,7 +52,7 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 			if w, err = worker.New(worker.Config{
 				Run: cfg.Run, Window: cfg.Window, AutoWindow: cfg.AutoWindow, MaxWindow: cfg.MaxWindow,
 				WindowPoll: scaled(cfg, cfg.WindowPoll, worker.DefaultWindowPoll), HandBackAfter: scaled(cfg, cfg.HandBackAfter, worker.DefaultHandBackAfter),
-				Grace: cfg.Grace, Metrics: reg, Logger: log,
+				Grace: cfg.Grace, PullWait: pullWait, Metrics: reg, Logger: log,
 			}, js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}

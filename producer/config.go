@@ -109,6 +109,14 @@ type Config struct {
 	// alone publishes every prompt on its own instead of in atomic
 	// batches: for tests that inject faults into single publishes.
 	alone bool
+
+	// Accepted, if set, is called once the run's manifest is stored (or
+	// found with the same settings and prompts) and the workers'
+	// consumer exists, before the first prompt is published: from then
+	// on workers and an aggregator may work on the run while it is being
+	// queued, the manifest's total being final. It is not called when
+	// Run fails before that. Nil means nobody is told.
+	Accepted func(*schema.Manifest)
 }
 
 // Validate checks the fields that do not need the file or the server.

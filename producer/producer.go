@@ -117,6 +117,9 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 	if err != nil {
 		return rep, fmt.Errorf("produce run %s: look up stream %s: %w", cfg.Run, schema.PromptsStream, err)
 	}
+	if cfg.Accepted != nil {
+		cfg.Accepted(manifest)
+	}
 
 	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Units), promptsLine, unitNoun(cfg.samples()))
 	pub := newPublisher(js, cfg, stream, limit, m)
