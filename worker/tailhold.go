@@ -14,7 +14,8 @@ import (
 // to finish the prompts left to deliver and that one: the prompts beyond
 // their free slots at the rate they complete prompts together, plus the
 // time one of their prompts takes (their prompts held over that rate, by
-// Little's law). While its own is longer it holds back: it pulls
+// Little's law); both times per prompt scaled by tailMargin for a long
+// answer. While its own is longer it holds back: it pulls
 // nothing and keeps what it holds. It counts only workers heard from
 // within three heartbeats that are neither paused nor holding back and
 // complete prompts: with none such (alone, peers gone, stale or paused,
@@ -51,8 +52,14 @@ func holdForTail(pending int64, own time.Duration, peers []tailPeer) bool {
 	}
 	latency := float64(held) / rate
 	queued := max(0, float64(pending+1)-float64(free))
-	return own.Seconds() > queued/rate+latency
+	return tailMargin*own.Seconds() > queued/rate+tailMargin*latency
 }
+
+// tailMargin scales both sides' mean time per prompt to the time of a
+// long answer: the run ends with its last answer, not its mean one, and
+// answer lengths vary. Scaling both keeps equal workers from holding
+// back for each other.
+const tailMargin = 1.5
 
 // latencyMean keeps a moving mean of the time requests took, from
 // sending to the last token. The zero value has seen none.
