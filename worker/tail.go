@@ -73,11 +73,12 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 }
 
 // handBackTail checks every WindowPoll, until ctx ends, whether to hold
-// back from pulling (tailhold.go) and for a tail to hand back. cons is the run's workers consumer.
+// back from pulling (tailhold.go) and for a tail to hand back. cons is
+// the run's workers consumer.
 func (w *Worker) handBackTail(ctx context.Context, cons jetstream.Consumer) {
 	sub, err := w.nc.Subscribe(schema.HeartbeatFilter(w.cfg.Run), w.peers.heard(w.cfg.Name))
 	if err != nil {
-		w.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back at the end of the run", "err", err)
+		w.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
 		return
 	}
 	defer func() { _ = sub.Unsubscribe() }()
