@@ -68,6 +68,11 @@ type Heartbeat struct {
 	// (PausedStopping).
 	Paused       bool   `json:"paused,omitempty"`
 	PausedReason string `json:"paused_reason,omitempty"`
+	// TailHold is set while the worker takes no new prompt because, near
+	// the end of the run, the other workers would finish the prompts left
+	// sooner than it would (it keeps those it holds). Other workers do
+	// not count on it to pull.
+	TailHold bool `json:"tail_hold,omitempty"`
 }
 
 // PausedStopping is the PausedReason of a worker that is shutting down.

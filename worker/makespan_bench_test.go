@@ -80,8 +80,8 @@ func BenchmarkTwoBackendsMakespan(b *testing.B) {
 			name string
 			makespanRun
 		}{{"fixed 200", f}, {"auto", a}} {
-			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs), lower bound %.0fs: %.2f; handed back %d; final windows %v",
-				makespanSpeed, r.name, r.makespan, r.half, r.most, r.bound, r.ratio(), r.handedBack, r.windows)
+			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs), lower bound %.0fs: %.2f; handed back %d; held back %d times; final windows %v",
+				makespanSpeed, r.name, r.makespan, r.half, r.most, r.bound, r.ratio(), r.handedBack, r.holds, r.windows)
 		}
 		fixed, auto = append(fixed, f.ratio()), append(auto, a.ratio())
 	}
@@ -93,6 +93,7 @@ type makespanRun struct {
 	makespan, bound float64 // simulated seconds
 	half, most      float64 // when half and 95% were answered
 	handedBack      int64
+	holds           int64 // times a worker began to hold back for the tail
 	windows         []int
 }
 
@@ -158,6 +159,7 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	for _, w := range ws {
 		s := w.Stats()
 		r.handedBack += s.TailHandedBack
+		r.holds += s.TailHolds
 		r.windows = append(r.windows, s.Window)
 	}
 	stop()

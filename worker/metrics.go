@@ -175,6 +175,7 @@ type stateCollector struct {
 	w                                    *Worker
 	inFlight, generating, window, tokens *prometheus.Desc
 	breakerOpen, pausedSeconds           *prometheus.Desc
+	tailHold                             *prometheus.Desc
 }
 
 func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
@@ -187,11 +188,12 @@ func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
 		tokens:        desc("aerie_worker_streamed_tokens_total", "Completion tokens streamed from the backend, those of requests that later failed included."),
 		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
+		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold} {
 		ch <- d
 	}
 }
@@ -210,6 +212,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.tokens, float64(w.tokens.Load()))
 	gauge(c.breakerOpen, boolValue(open))
 	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())
+	gauge(c.tailHold, boolValue(w.tailHold.Load()))
 }
 
 func boolValue(b bool) float64 {

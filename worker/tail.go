@@ -63,18 +63,22 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 	if err != nil && f.state.Load() == flightHandedBack && ctx.Err() == nil {
 		return nil, fmt.Errorf("%w: %w", errTailHandBack, err)
 	}
-	if err == nil && comp != nil && comp.TTFT > 0 {
-		w.ttfts.add(comp.TTFT)
+	if err == nil && comp != nil {
+		if comp.TTFT > 0 {
+			w.ttfts.add(comp.TTFT)
+		}
+		w.latency.add(time.Since(f.sent))
 	}
 	return comp, err
 }
 
-// handBackTail checks for a tail to hand back every WindowPoll until ctx
-// ends. cons is the run's workers consumer.
+// handBackTail checks every WindowPoll, until ctx ends, whether to hold
+// back from pulling (tailhold.go) and for a tail to hand back. cons is
+// the run's workers consumer.
 func (w *Worker) handBackTail(ctx context.Context, cons jetstream.Consumer) {
 	sub, err := w.nc.Subscribe(schema.HeartbeatFilter(w.cfg.Run), w.peers.heard(w.cfg.Name))
 	if err != nil {
-		w.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back at the end of the run", "err", err)
+		w.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
 		return
 	}
 	defer func() { _ = sub.Unsubscribe() }()
@@ -90,18 +94,31 @@ func (w *Worker) handBackTail(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
-// tailTick hands back what the tail allows now.
+// tailTick holds back or hands back what the tail allows now.
 func (w *Worker) tailTick(ctx context.Context, cons jetstream.Consumer) {
 	shrunk := w.win.capacity() < w.cfg.Window && !w.cfg.AutoWindow
-	waited := w.handBackWait()
-	waiting := w.waitingFlights(time.Now().Add(-waited))
-	if len(waiting) == 0 && !shrunk {
+	var waiting []waitingFlight
+	var waited time.Duration
+	if w.cfg.HandBackAfter > 0 {
+		waited = w.handBackWait()
+		waiting = w.waitingFlights(time.Now().Add(-waited))
+	}
+	recent := 3 * w.cfg.Heartbeat
+	others := w.peers.pulling(time.Now(), recent)
+	own := w.latency.get()
+	if len(waiting) == 0 && !shrunk && (len(others) == 0 || own == 0) {
+		w.setTailHold(false, 0, 0)
 		return
 	}
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	info, err := cons.Info(ictx)
 	cancel()
 	if err != nil {
+		w.setTailHold(false, 0, 0)
+		return
+	}
+	w.setTailHold(holdForTail(int64(info.NumPending), own, others), info.NumPending, own)
+	if len(waiting) == 0 && !shrunk {
 		return
 	}
 	if info.NumPending > 0 {
@@ -110,7 +127,7 @@ func (w *Worker) tailTick(ctx context.Context, cons jetstream.Consumer) {
 		}
 		return
 	}
-	free := w.peers.free(time.Now(), 3*w.cfg.Heartbeat)
+	free := w.peers.free(time.Now(), recent)
 	n := min(len(waiting), free)
 	if n == 0 {
 		return
@@ -133,6 +150,20 @@ func (w *Worker) tailTick(ctx context.Context, cons jetstream.Consumer) {
 		w.log.Info("handing back prompts waiting without a first token, for idle workers of the run",
 			"prompts", handed, "waited_over", waited.Round(time.Millisecond), "idle_slots", free)
 	}
+}
+
+// setTailHold holds back from pulling, or not, logging each change.
+func (w *Worker) setTailHold(hold bool, pending uint64, own time.Duration) {
+	if w.tailHold.Swap(hold) == hold {
+		return
+	}
+	if hold {
+		w.tailHolds.Add(1)
+		w.log.Info("holding back near the end of the run: the other workers would finish the prompts left sooner than this one",
+			"pending", pending, "own_latency", own.Round(time.Millisecond))
+		return
+	}
+	w.log.Info("pulling again", "pending", pending)
 }
 
 // handBackWait is how long a request must have waited without a first
@@ -198,8 +229,12 @@ type peers struct {
 }
 
 type peer struct {
-	at   time.Time // when it was heard, by this worker's clock
-	free int
+	at        time.Time // when it was heard, by this worker's clock
+	free      int
+	inFlight  int
+	completed int64
+	rate      float64 // prompts completed a second, 0 while unknown
+	pulling   bool    // neither paused nor holding back for the tail
 }
 
 // heard returns the handler of the run's heartbeats, self's left out.
@@ -213,12 +248,18 @@ func (p *peers) heard(self string) nats.MsgHandler {
 		if hb.Paused {
 			free = 0 // a paused worker pulls nothing
 		}
+		now := time.Now()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.last == nil {
 			p.last = map[string]peer{}
 		}
-		p.last[hb.Worker] = peer{at: time.Now(), free: max(free, 0)}
+		pr := peer{at: now, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
+			pulling: !hb.Paused && !hb.TailHold}
+		if was, ok := p.last[hb.Worker]; ok {
+			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
+		}
+		p.last[hb.Worker] = pr
 	}
 }
 
@@ -236,4 +277,19 @@ func (p *peers) free(now time.Time, recent time.Duration) int {
 		n += pr.free
 	}
 	return n
+}
+
+// pulling is what is known of the other workers heard from within
+// `recent` of now that pull prompts (see holdForTail).
+func (p *peers) pulling(now time.Time, recent time.Duration) []tailPeer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []tailPeer
+	for _, pr := range p.last {
+		if now.Sub(pr.at) > recent || !pr.pulling {
+			continue
+		}
+		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free})
+	}
+	return out
 }

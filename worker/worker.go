@@ -67,6 +67,12 @@ type Worker struct {
 	tailHandedBack atomic.Int64
 	ttfts          ttftLeast
 	peers          peers
+	// latency is the moving mean of this worker's request times;
+	// tailHold is set while it holds back for the tail, and tailHolds
+	// counts the times it began to (tailhold.go).
+	latency   latencyMean
+	tailHold  atomic.Bool
+	tailHolds atomic.Int64
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -154,7 +160,10 @@ type Stats struct {
 	// TailHandedBack counts prompts handed back at the end of a run,
 	// without a first token, for an idle worker to take.
 	TailHandedBack int64
-	Paused         time.Duration
+	// TailHolds counts the times the worker began to hold back, near the
+	// end of the run, from prompts the other workers would finish sooner.
+	TailHolds int64
+	Paused    time.Duration
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
@@ -178,7 +187,7 @@ func (w *Worker) Stats() Stats {
 		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
-		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), Paused: w.breaker.pausedFor(),
+		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), TailHolds: w.tailHolds.Load(), Paused: w.breaker.pausedFor(),
 		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
 }
@@ -265,9 +274,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.AutoWindow {
 		go w.sizeWindow(work)
 	}
-	if w.cfg.HandBackAfter > 0 {
-		go w.handBackTail(work, cons)
-	}
+	go w.handBackTail(work, cons)
 
 	defer w.startBatches()() // stopped once every prompt is settled
 	var wg sync.WaitGroup
@@ -309,6 +316,16 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 		n := w.win.acquirePull(ctx, w.win.capacity())
 		if n == 0 {
 			return
+		}
+		if w.tailHold.Load() {
+			// The other workers would finish what is left sooner.
+			w.win.unused(n)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.cfg.WindowPoll):
+			}
+			continue
 		}
 		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
 		got := 0
