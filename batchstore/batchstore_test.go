@@ -1,7 +1,6 @@
 package batchstore_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/aerie-dev/aerie/batchstore"
 	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
 )
 
@@ -180,7 +180,7 @@ func TestBatchWithAStoredMessageIsRefusedWhole(t *testing.T) {
 // that cannot) turns batching off with one warning.
 func TestStreamWithoutAtomicPublishTurnsBatchingOff(t *testing.T) {
 	js, st := setup(t, false)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	s := batchstore.New(js, batchstore.Options{Stream: "T", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer s.Close()
 	if got := outcomes(t, s.SubmitAll(msgs(10, "a"))); got[batchstore.NotStored] != 10 {
@@ -230,21 +230,4 @@ func TestConcurrentCallersEachStoredOnce(t *testing.T) {
 	if o, _ := s.Submit(msg("z", "z")).Wait(context.Background()); o != batchstore.NotStored {
 		t.Fatalf("after Close: %v, want not stored", o)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

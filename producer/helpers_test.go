@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,31 +17,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/schema"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testEnv is one embedded server and what a test needs around it.
 type testEnv struct {
 	js   jetstream.JetStream
-	logs *syncBuffer
+	logs *logtest.Buffer
 	dir  string
 }
 
@@ -51,7 +33,7 @@ func setup(t *testing.T) *testEnv {
 	t.Parallel()
 	s := brokertest.Start(t)
 	_, js := brokertest.Connect(t, s)
-	return &testEnv{js: js, logs: &syncBuffer{}, dir: t.TempDir()}
+	return &testEnv{js: js, logs: &logtest.Buffer{}, dir: t.TempDir()}
 }
 
 // config is a produce of file to run r1 with model m.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -220,7 +221,7 @@ func TestSamplesPublishEveryUnitOnce(t *testing.T) {
 	cfg := e.config(e.file(t, "a.jsonl", lines))
 	cfg.Samples = samples
 	cfg.Params.Seed = ptr(int64(1))
-	progress := &syncBuffer{}
+	progress := &logtest.Buffer{}
 	cfg.Progress = progress
 	rep, err := Run(ctxFor(t), e.js, cfg)
 	if err != nil {

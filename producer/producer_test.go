@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -26,7 +27,7 @@ func TestRunPublishesEveryPromptOnce(t *testing.T) {
 	cfg := e.config(e.file(t, "prompts.jsonl", promptLines(0, n)))
 	temp := 0.6
 	cfg.Params = schema.Params{MaxTokens: 4096, Temperature: &temp}
-	progress := &syncBuffer{}
+	progress := &logtest.Buffer{}
 	cfg.Progress = progress
 
 	rep, err := Run(ctxFor(t), e.js, cfg)
@@ -254,7 +255,7 @@ func TestErrorListsTwentyProblems(t *testing.T) {
 	for range 25 {
 		lines = append(lines, `{"prompt":""}`)
 	}
-	e := &testEnv{logs: &syncBuffer{}, dir: t.TempDir()}
+	e := &testEnv{logs: &logtest.Buffer{}, dir: t.TempDir()}
 	cfg := e.config(e.file(t, "bad.jsonl", lines))
 	_, err := Validate(ctxFor(t), cfg)
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -26,7 +27,7 @@ func smallServer(t *testing.T) *testEnv {
 	}
 	t.Cleanup(s.Shutdown)
 	_, js := brokertest.Connect(t, s)
-	return &testEnv{js: js, logs: &syncBuffer{}, dir: t.TempDir()}
+	return &testEnv{js: js, logs: &logtest.Buffer{}, dir: t.TempDir()}
 }
 
 // A prompt larger than the server's max_payload is found before anything

@@ -1,12 +1,10 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -120,7 +119,7 @@ func TestResultsStreamWithoutAtomicPublishStoresEachAlone(t *testing.T) {
 	if _, err := b.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	f, url := newFakeLLM(t, &fakeLLM{hold: make(chan struct{})})
 	b.start(t, worker.Config{Name: "w", Window: n, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}, url)
 	brokertest.Eventually(t, 20*time.Second, func() bool { in, _ := f.snapshot(); return in == n }, "%d requests at the backend", n)
@@ -132,21 +131,4 @@ func TestResultsStreamWithoutAtomicPublishStoresEachAlone(t *testing.T) {
 	if c := strings.Count(logs.String(), "does not take atomic batches"); c != 1 {
 		t.Fatalf("%d warnings that batching is off, want 1:\n%s", c, logs.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
