@@ -289,7 +289,7 @@ func (s *Store) commit(batch []*Ticket) {
 	}
 	msgs := make([]*nats.Msg, len(batch))
 	for i, t := range batch {
-		msgs[i] = copyMsg(t.msg) // the library writes batch headers into what it sends
+		msgs[i] = Copy(t.msg) // the library writes batch headers into what it sends
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
@@ -360,8 +360,11 @@ func settleAll(batch []*Ticket, o Outcome, err error) {
 	}
 }
 
-// copyMsg is a copy of m's subject, headers and data.
-func copyMsg(m *nats.Msg) *nats.Msg {
+// Copy is a message with m's subject, headers and data, its headers
+// its own: the client library writes headers into what it sends, and a
+// message handed back or published again must not carry them, nor be
+// written while the library may still read it.
+func Copy(m *nats.Msg) *nats.Msg {
 	c := nats.NewMsg(m.Subject)
 	c.Data = m.Data
 	for k, v := range m.Header {

@@ -52,17 +52,6 @@ func payloadSize(m *nats.Msg) int64 {
 	return int64(m.Size()-len(m.Subject)-len(m.Reply)) + int64(expectHeaderSize)
 }
 
-// copyMsg returns a message with the same subject, headers and data, so
-// that a retry never writes to headers the client library may still read.
-func copyMsg(m *nats.Msg) *nats.Msg {
-	c := nats.NewMsg(m.Subject)
-	c.Data = m.Data
-	for k, v := range m.Header {
-		c.Header[k] = append([]string(nil), v...)
-	}
-	return c
-}
-
 // tokenOf is the digest behind schema.SubjectToken, as an array: two ids
 // with the same token would share a subject, so duplicates are detected by
 // token.

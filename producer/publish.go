@@ -247,14 +247,14 @@ func (p *publisher) resend(ctx context.Context, e *entry) {
 // attempt: the client library sets headers on the message it is given.
 func (p *publisher) send(ctx context.Context, e *entry) {
 	if p.batch != nil && !e.alone && !p.batch.Off() {
-		m := copyMsg(e.msg)
+		m := batchstore.Copy(e.msg)
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 		e.ticket, e.future, e.sentAt = p.batch.Submit(m), nil, time.Now()
 		p.inflight <- e
 		return
 	}
 	e.attempts++
-	f, err := p.js.PublishMsgAsync(copyMsg(e.msg),
+	f, err := p.js.PublishMsgAsync(batchstore.Copy(e.msg),
 		jetstream.WithExpectLastSequencePerSubject(0),
 		jetstream.WithStallWait(p.ackTimeout))
 	if err != nil {
