@@ -192,8 +192,9 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	return r
 }
 
-// storedMessages returns the payloads of every message in stream.
-func storedMessages(b *testing.B, js jetstream.JetStream, stream string) [][]byte {
+// storedMessages returns the payloads of every message in stream, in
+// order.
+func storedMessages(b testing.TB, js jetstream.JetStream, stream string) [][]byte {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -138,25 +138,7 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 // stored returns the payloads of every message in stream, in order.
 func (b *bundle) stored(t *testing.T, stream string) [][]byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := b.js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted
-		}
-		out = append(out, m.Data)
-	}
-	return out
+	return storedMessages(t, b.js, stream)
 }
 
 // results returns the stored results of the run by prompt id, failing on
