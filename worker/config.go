@@ -82,7 +82,7 @@ type Config struct {
 	// when the stream has nothing left to deliver and another worker of
 	// the run has free slots, such prompts are cancelled here and handed
 	// back at once for it (see tail.go). The wait is also at least three
-	// times the backend's recent median time to first token. Zero means
+	// times the backend's shortest time to first token. Zero means
 	// DefaultHandBackAfter; negative never hands back.
 	HandBackAfter time.Duration
 	// Grace is how long in-flight prompts may take to finish once the

@@ -241,7 +241,7 @@ func addWorkerWindowFlags(fs *flag.FlagSet) *windowFlags {
 	f := addWindowFlag(fs)
 	fs.IntVar(&f.max, "max-window", worker.DefaultMaxWindow, "with --window auto, the most requests a worker may have in flight")
 	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read")
-	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's median time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
+	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's shortest time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
 	return f
 }
 
