@@ -66,6 +66,10 @@ type Aggregator struct {
 	metrics *metrics
 	// fetchWait bounds one fetch (see the constant; tests lengthen it).
 	fetchWait time.Duration
+	// finished ends the open fetches when the run is done and the
+	// aggregator exits for it (Config.ExitWhenDone): see consume.
+	finished context.Context
+	finish   context.CancelFunc
 }
 
 // pausedInfo is a worker's latest word that it is paused.
@@ -100,6 +104,7 @@ func New(cfg Config, js jetstream.JetStream) (*Aggregator, error) {
 
 		fetchWait: fetchWait,
 	}
+	a.finished, a.finish = context.WithCancel(context.Background())
 	if cfg.Metrics != nil {
 		if err := a.registerMetrics(cfg.Metrics); err != nil {
 			return nil, err
@@ -229,6 +234,7 @@ loop:
 			break loop
 		case <-done:
 			if a.cfg.ExitWhenDone {
+				a.finish()
 				break loop
 			}
 			done = nil // keep running; stop selecting on it

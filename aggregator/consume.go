@@ -31,20 +31,35 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 			}
 			continue
 		}
+		if a.finished.Err() != nil {
+			return nil
+		}
 		// A fetch lasts until the server ends it (it has brought Batch
-		// messages or FetchBytes, or fetchWait is over); it is never
-		// given up by the client, since messages the server sent to a
-		// fetch given up would wait out AggregatorAckWait. So a stopping
-		// aggregator writes whatever the server has sent it.
-		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchMaxWait(a.fetchWait), jetstream.FetchMaxBytes(maxBytes))
+		// messages or FetchBytes, or fetchWait is over); a stopping
+		// aggregator does not give it up, since messages the server sent
+		// to a fetch given up would wait out AggregatorAckWait, and
+		// writes whatever the server has sent it. Once the run is done
+		// and the aggregator exits for it, the fetch is given up at once
+		// instead: any message still coming is a second answer to a
+		// unit already written, and waiting out AggregatorAckWait costs
+		// it nothing. The client's deadline is a little past the
+		// server's expiry (see FetchContext), so that the server ends
+		// the fetch first.
+		fctx, cancel := context.WithTimeout(a.finished, a.fetchWait+a.fetchWait/9)
+		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchContext(fctx), jetstream.FetchMaxBytes(maxBytes))
 		if err == nil {
 			if !a.writeArrived(ctx, batch.Messages(), write, &failures) {
+				cancel()
 				return nil
 			}
 			err = batch.Error()
 		}
-		if ctx.Err() != nil {
+		cancel()
+		if ctx.Err() != nil || a.finished.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = nil // the server's expiry was lost: the same as a timeout
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
 			failures++

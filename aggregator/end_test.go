@@ -2,6 +2,7 @@ package aggregator_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"sync"
@@ -57,5 +58,42 @@ func TestDoneFollowsTheLastLine(t *testing.T) {
 	}
 	if linesAtDone != n {
 		t.Errorf("completions.jsonl held %d lines when the run was reported done, want %d", linesAtDone, n)
+	}
+}
+
+// An aggregator that exits because the run is done gives up its open
+// fetches instead of waiting them out: `aerie run` and `aerie aggregate
+// --exit-when-done` end as soon as the last line is written. The
+// fetches here last ten minutes, so a run that returns at all did not
+// wait one out.
+func TestExitWhenDoneGivesUpOpenFetches(t *testing.T) {
+	const n = 5
+	_, _, js := brokertest.Provisioned(t)
+	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: n}, nil)
+	dir := t.TempDir()
+	a, err := aggregator.New(aggregator.Config{Run: run, DataDir: dir, Logger: quiet, EventInterval: time.Hour, ExitWhenDone: true}, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aggregator.SetFetchWait(a, 10*time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- a.Run(ctx) }()
+	publishResults(t, js, ids(0, n))
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the aggregator did not exit once the run was done")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, run, aggregator.CompletionsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := bytes.Count(b, []byte("\n")); lines != n {
+		t.Errorf("completions.jsonl has %d lines, want %d", lines, n)
 	}
 }
