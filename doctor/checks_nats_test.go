@@ -88,7 +88,21 @@ func TestMaxAckPendingTooSmall(t *testing.T) {
 	rep := run(t, cfg)
 	expect(t, rep, "consumer", doctor.Fail,
 		"MaxAckPending 100 < 2 workers x 200 window = 400",
-		"fix:nats consumer edit AERIE_PROMPTS workers-small --max-pending 400")
+		"fix:nats consumer edit AERIE_PROMPTS workers-small --max-pending 800")
+}
+
+// A worker holds up to two prompts per slot (one generating, one being
+// stored): room for the windows alone is a warning, not a pass.
+func TestMaxAckPendingOnlyForTheWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	queueRun(t, b.js, "snug", 64, provision.Options{MaxAckPending: 600})
+	cfg := b.cfg
+	cfg.Run, cfg.Workers, cfg.Window = "snug", 2, 200
+	rep := run(t, cfg)
+	expect(t, rep, "consumer", doctor.Warn,
+		"MaxAckPending 600 < 2 prompts per slot x 2 workers x 200 window = 800: slots wait while results are stored",
+		"fix:nats consumer edit AERIE_PROMPTS workers-snug --max-pending 800")
 }
 
 func TestAckWaitTooShortAndUnlimitedDeliveries(t *testing.T) {

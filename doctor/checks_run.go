@@ -50,7 +50,8 @@ func joinFindings(fs []finding) string {
 
 // checkConsumer looks at the run's workers consumer, if it exists yet:
 // its AckWait against the workers' progress acks, its MaxAckPending
-// against workers x window, its MaxDeliver and its ack policy.
+// against workers x window (and twice that, what they may hold), its
+// MaxDeliver and its ack policy.
 func checkConsumer(ctx context.Context, s *session) Result {
 	if s.cfg.Run == "" {
 		return skip("no run given (--run)")
@@ -96,9 +97,15 @@ func checkConsumer(ctx context.Context, s *session) Result {
 	case cfg.MaxAckPending < 0:
 		add(Pass, "", "MaxAckPending unlimited")
 	case cfg.MaxAckPending < need:
-		add(Fail, fmt.Sprintf("--max-pending %d", need),
+		add(Fail, fmt.Sprintf("--max-pending %d", 2*need),
 			"MaxAckPending %d < %s: workers would sit with free slots",
 			cfg.MaxAckPending, demand)
+	case cfg.MaxAckPending < 2*need:
+		// A worker holds up to two prompts per slot: one generating, one
+		// whose result is being stored (see worker's heldPerSlot).
+		add(Warn, fmt.Sprintf("--max-pending %d", 2*need),
+			"MaxAckPending %d < 2 prompts per slot x %s x %d window = %d: slots wait while results are stored",
+			cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.Window, 2*need)
 	default:
 		add(Pass, "", "MaxAckPending %d >= %s", cfg.MaxAckPending, demand)
 	}

@@ -33,9 +33,11 @@ const (
 	// the guard against a prompt that kills every worker it reaches.
 	DefaultMaxDeliver = 20
 	// DefaultMaxAckPending is the consumer-wide cap on prompts delivered and
-	// not yet acknowledged. Each worker enforces its own window; this cap
-	// must be at least workers x window plus prompts parked by delayed
-	// NAKs: 20,000 allows 100 workers with the default window of 200.
+	// not yet acknowledged. Each worker enforces its own window and holds
+	// up to twice it (a prompt generating and one being stored per slot);
+	// this cap must be at least workers x window, better twice that, plus
+	// prompts parked by delayed NAKs: 20,000 allows 50 workers with the
+	// default window of 200 holding all they may.
 	DefaultMaxAckPending = 20000
 	// DefaultEventsMaxAge is how long the events stream keeps events.
 	DefaultEventsMaxAge = 7 * 24 * time.Hour

@@ -40,10 +40,11 @@ type Heartbeat struct {
 	// (no user info, no query): where its prompts go. Empty from a worker
 	// older than the field.
 	Backend string `json:"backend,omitempty"`
-	// Window is the worker's in-flight limit.
+	// Window is the most requests the worker has generating at once.
 	Window int `json:"window"`
 	// InFlight is the number of prompts delivered to this worker and not yet
-	// acknowledged.
+	// acknowledged: those generating, and up to as many again whose
+	// results are being stored (so it may exceed Window).
 	InFlight int `json:"in_flight"`
 	// InFlightTokens holds, for each request being generated, the number of
 	// completion tokens streamed so far. Requests still waiting for their

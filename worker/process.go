@@ -12,7 +12,8 @@ import (
 )
 
 // process handles one delivered prompt from decode to acknowledgement. l
-// holds a window slot on entry.
+// holds a window slot on entry, and gives it back once the last request
+// is over, before the outcome is stored.
 func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -37,6 +38,10 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
 	} else {
 		err = w.answerLast(ctx, d, j)
 	}
+	// No request of this prompt will generate again: its slot goes to the
+	// next prompt while this one is stored and acknowledged, which under
+	// load takes as long as a short answer.
+	l.release()
 	if errors.Is(err, errAnswered) {
 		w.settleAnswered(ctx, d, j)
 		return

@@ -244,7 +244,9 @@ func (p *peers) heard(self string) nats.MsgHandler {
 		if json.Unmarshal(m.Data, &hb) != nil || hb.Worker == "" || hb.Worker == self {
 			return
 		}
-		free := hb.Window - hb.InFlight
+		// Slots are taken by the requests generating, one entry each in
+		// InFlightTokens; prompts being stored hold none.
+		free := hb.Window - len(hb.InFlightTokens)
 		if hb.Paused {
 			free = 0 // a paused worker pulls nothing
 		}

@@ -14,11 +14,12 @@ import (
 // conversations in progress finish before new ones start.
 //
 // It also counts the messages held (delivered and not yet settled). A
-// prompt answered in one request holds its slot from the pull to its
-// settlement, so it never holds more messages than slots; conversations
-// between turns hold messages without slots, and a pull never takes the
-// held messages above heldCap, so that a turns stream slow to store
-// cannot make a worker hoard prompts. held counts the messages a pull
+// prompt holds its slot from the pull until its last request is over,
+// and its message until it is settled: while its result is stored and
+// acknowledged the slot already generates the next prompt, and
+// conversations between turns hold messages without slots. A pull never
+// takes the held messages above heldCap, so that a stream slow to store
+// cannot make a worker hoard prompts that other workers could answer. held counts the messages a pull
 // has asked for and not yet received, so that the cap holds for them
 // too; pending counts those alone, and what holding reports leaves them
 // out: a pull waiting on an empty stream holds nothing yet.
@@ -47,19 +48,17 @@ type window struct {
 	changed chan struct{}
 }
 
+// heldPerSlot is how many messages a worker may hold per slot of its
+// window: one generating and one being stored (or, with --turns all, a
+// conversation between turns). Storing a result and acknowledging it
+// takes milliseconds on a quiet broker and a few hundred under load;
+// without the second message per slot, the slot would wait for it.
+const heldPerSlot = 2
+
 // newWindow returns a window of size slots, all free, that lets pulls
 // hold up to heldCap messages (at least size).
 func newWindow(size, heldCap int) *window {
 	return &window{size: size, free: size, heldCap: max(heldCap, size), changed: make(chan struct{})}
-}
-
-// setHeldCap changes the most messages pulls may hold (at least the
-// window's size).
-func (s *window) setHeldCap(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.heldCap = max(n, s.size)
-	s.signal()
 }
 
 // resize makes the window n slots (at least 1). Growing frees slots at

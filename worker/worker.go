@@ -129,7 +129,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		nc:      js.Conn(),
 		backend: backend,
 		log:     cfg.Logger.With("worker", cfg.Name, "run", cfg.Run),
-		win:     newWindow(cfg.Window, cfg.Window),
+		win:     newWindow(cfg.Window, heldPerSlot*cfg.Window),
 	}
 	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
 	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {
@@ -179,8 +179,9 @@ type Stats struct {
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
-// this worker has held at once: never more than its window with --turns
-// last, never more than twice its window with --turns all (see Window).
+// this worker has held at once: never more than twice its window (one
+// generating and one being stored per slot; see heldPerSlot), while
+// MaxGenerating never exceeds the window.
 func (w *Worker) Stats() Stats {
 	held, maxHeld := w.win.holding()
 	return Stats{
@@ -232,8 +233,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("worker %s: open the turns stream of a --turns all run: %w", w.cfg.Name, err)
 		}
-		// Conversations between turns hold their prompts without a slot.
-		w.win.setHeldCap(2 * w.cfg.Window)
 	}
 	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
 	if err != nil {
@@ -244,14 +243,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	cc := cons.CachedInfo().Config
 	w.ackWait, w.maxDeliver = cc.AckWait, cc.MaxDeliver
-	// With --turns all a worker holds up to twice its window: the
-	// conversations between two turns as well as those generating.
-	mayHold := w.cfg.Window
+	mayHold := heldPerSlot * w.cfg.Window
 	if w.cfg.AutoWindow {
-		mayHold = w.cfg.MaxWindow
-	}
-	if m.TurnsMode() == schema.TurnsAll {
-		mayHold *= 2
+		mayHold = heldPerSlot * w.cfg.MaxWindow
 	}
 	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
 		w.log.Warn("consumer MaxAckPending is below what this worker may hold; the window cannot fill",

@@ -174,9 +174,11 @@ func (b *bundle) resultCount(t *testing.T) int {
 	return int(info.State.Msgs)
 }
 
-// The window is exact: two workers with a window of 20 never hold more
-// than 20 prompts each, and the consumer never has more than 40 pending,
-// counting prompts delivered but not yet handed to the backend.
+// The window is exact: two workers with a window of 20 never have more
+// than 20 requests at their backends each. Each may hold up to twice
+// its window (a prompt generating and one being stored per slot), so
+// the consumer never has more than 80 pending, counting prompts
+// delivered but not yet handed to the backend.
 func TestWindowIsExact(t *testing.T) {
 	const n, window = 300, 20
 	b := setup(t, n, provision.Options{})
@@ -212,12 +214,12 @@ func TestWindowIsExact(t *testing.T) {
 	stopSampling()
 	<-sampled
 
-	if got := maxPending.Load(); got > 2*window {
-		t.Errorf("consumer ack pending reached %d, more than 2 x window = %d", got, 2*window)
+	if got := maxPending.Load(); got > 2*2*window {
+		t.Errorf("consumer ack pending reached %d, more than 2 workers x 2 x window = %d", got, 4*window)
 	}
 	for i, w := range []*worker.Worker{w1, w2} {
-		if m := w.Stats().MaxInFlight; m > window {
-			t.Errorf("worker %d held %d prompts at once, window is %d", i+1, m, window)
+		if s := w.Stats(); s.MaxInFlight > 2*window || s.MaxGenerating > window {
+			t.Errorf("worker %d held %d prompts and generated %d at once, window is %d", i+1, s.MaxInFlight, s.MaxGenerating, window)
 		}
 	}
 	for i, f := range []*fakeLLM{f1, f2} {
@@ -226,6 +228,32 @@ func TestWindowIsExact(t *testing.T) {
 		}
 	}
 	t.Logf("max consumer ack pending %d, worker max in flight %d and %d", maxPending.Load(), w1.Stats().MaxInFlight, w2.Stats().MaxInFlight)
+}
+
+// A prompt gives its slot back once its request is over, before its
+// result is stored and acknowledged: with a broker 40 ms away, each
+// store and ack is a round trip during which the slot already
+// generates the next prompt. The window stays exact: one request at
+// the backend at a time, and two prompts held at most.
+func TestSlotIsFreeWhileResultIsStored(t *testing.T) {
+	const n = 12
+	b := setup(t, n, provision.Options{})
+	_, far := brokertest.ConnectWithLatency(t, b.srv, 20*time.Millisecond)
+	remote := *b
+	remote.js = far
+	f, url := newFakeLLM(t, &fakeLLM{})
+	w, _ := remote.start(t, worker.Config{Window: 1}, url)
+	brokertest.Eventually(t, 60*time.Second, func() bool { return w.Stats().Completed == n }, "all %d prompts completed", n)
+	if got := b.resultCount(t); got != n {
+		t.Errorf("%d results stored, want %d", got, n)
+	}
+	s := w.Stats()
+	if _, most := f.snapshot(); most != 1 || s.MaxGenerating != 1 {
+		t.Errorf("%d requests at the backend at once (worker counted %d), window is 1", most, s.MaxGenerating)
+	}
+	if s.MaxInFlight != 2 {
+		t.Errorf("held at most %d prompts at once, want 2: the next prompt waited for the last one's store and ack", s.MaxInFlight)
+	}
 }
 
 // A worker that dies with prompts in flight (its connection gone, nothing
