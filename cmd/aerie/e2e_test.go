@@ -25,8 +25,8 @@ import (
 )
 
 // The whole pipeline as separate processes, the way it runs in
-// production: a broker, a backend, two workers, an aggregator and a
-// producer, each its own aerie process. AERIE_E2E_PROMPTS sets the size
+// production: a broker, a backend, two workers (one with --window auto),
+// an aggregator and a producer, each its own aerie process. AERIE_E2E_PROMPTS sets the size
 // (default 2,000).
 func TestSeparateProcesses(t *testing.T) {
 	bin := buildAerie(t)
@@ -51,14 +51,17 @@ func TestSeparateProcesses(t *testing.T) {
 	waitTCP(t, simAddr)
 
 	began := time.Now()
-	work := func(name string) *proc {
-		return start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", "100", "--name", name, "--grace", "2s")
+	// One worker with a fixed window, as the compose demo runs it, and
+	// one sizing its window from the backend's metrics, as the systemd
+	// and Kubernetes workers do.
+	work := func(name, window string) *proc {
+		return start(t, bin, "work", "--nats", natsURL, "--run", run, "--backend", "http://"+simAddr, "--window", window, "--name", name, "--grace", "2s")
 	}
 	aggregate := func() *proc {
 		return start(t, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "500ms")
 	}
-	w1 := work("w1")
-	work("w2")
+	w1 := work("w1", "100")
+	work("w2", "auto")
 	agg := aggregate()
 	out := aerie(t, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5", "--max-tokens", "8192", "--ack-wait", "3s")
 	out.wait(t, 5*time.Minute)
@@ -73,7 +76,7 @@ func TestSeparateProcesses(t *testing.T) {
 	w1.kill(t)
 	agg.kill(t)
 	t.Logf("killed worker w1 and the aggregator with %d lines written", countLines(completions))
-	work("w1-restarted")
+	work("w1-restarted", "auto")
 	agg = aggregate()
 	agg.wait(t, 10*time.Minute)
 	wall := time.Since(began)
