@@ -231,7 +231,7 @@ func (f *windowFlags) Set(v string) error {
 // addWindowFlag declares --window.
 func addWindowFlag(fs *flag.FlagSet) *windowFlags {
 	f := &windowFlags{size: worker.DefaultWindow}
-	fs.Var(f, "window", "requests in flight per worker, exactly (default 200, which suits vLLM's default of 256 running sequences), or auto: sized from the backend's own /metrics to keep its running slots busy with a small queue, starting at 200 and kept there if the backend serves no vLLM metrics; with --turns all a worker also holds conversations between two turns, up to twice this")
+	fs.Var(f, "window", "requests in flight per worker, exactly (default 200, which suits vLLM's default of 256 running sequences), or auto: sized from the backend's own /metrics to keep its running slots busy with a small queue, starting at 200 and kept there if the backend serves no vLLM metrics; a worker holds up to twice this in prompts: the next generates while one is stored, and with --turns all conversations wait between two turns")
 	return f
 }
 
@@ -243,6 +243,22 @@ func addWorkerWindowFlags(fs *flag.FlagSet) *windowFlags {
 	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read")
 	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's shortest time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
 	return f
+}
+
+// check refuses window flags that would be taken for their defaults
+// or make no sense: the worker's config reads a zero --max-window or
+// --window-poll as "the default", which a user who typed 0 did not mean.
+func (f *windowFlags) check() error {
+	if f.max < 1 {
+		return fmt.Errorf("--max-window %d: want the most requests a worker may have in flight with --window auto, at least 1 (default %d)", f.max, worker.DefaultMaxWindow)
+	}
+	if f.poll <= 0 {
+		return fmt.Errorf("--window-poll %v: want how often the backend's /metrics are read, more than 0 (default %v)", f.poll, worker.DefaultWindowPoll)
+	}
+	if f.handBackAfter < 0 {
+		return fmt.Errorf("--hand-back-after %v: want a wait of at least 0 (0 never hands back)", f.handBackAfter)
+	}
+	return nil
 }
 
 // apply sets cfg's window fields from the flags.

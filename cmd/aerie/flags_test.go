@@ -123,6 +123,33 @@ func TestProduceFlagErrors(t *testing.T) {
 	}
 }
 
+// A window flag whose zero would be read as its default is refused by
+// aerie work and aerie run alike, before anything is connected to.
+func TestWindowFlagErrors(t *testing.T) {
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	nowhere := "nats://" + freeAddr(t)
+	for _, cmd := range [][]string{
+		{"work", "--run", "r", "--nats", nowhere, "--backend", "http://" + freeAddr(t)},
+		{"run", "--run", "r", "--prompts", filepath.Join(dir, "missing.jsonl"), "--data-dir", dir},
+	} {
+		for _, tc := range []struct {
+			flags []string
+			want  string
+		}{
+			{[]string{"--window", "auto", "--max-window", "0"}, "--max-window 0: want the most requests"},
+			{[]string{"--window-poll", "0s"}, "--window-poll 0s: want how often"},
+			{[]string{"--hand-back-after", "-1s"}, "--hand-back-after -1s: want a wait of at least 0"},
+		} {
+			p := aerie(t, bin, append(append([]string(nil), cmd...), tc.flags...)...)
+			code := p.exit(t, time.Minute)
+			if code == 0 || !strings.Contains(p.stderr.String(), tc.want) {
+				t.Errorf("%s %v: exit %d, stderr does not say %q:\n%s", cmd[0], tc.flags, code, tc.want, p.stderr.String())
+			}
+		}
+	}
+}
+
 // gen-prompts --turns 3 writes conversations of 1 to 3 user turns that
 // --turns all reads, each assistant turn right after a user turn.
 func TestGenPromptsTurns(t *testing.T) {

@@ -46,6 +46,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err := sf.check(); err != nil {
 		return err
 	}
+	if err := window.check(); err != nil {
+		return err
+	}
 	key, err := bf.apiKey()
 	if err != nil {
 		return err

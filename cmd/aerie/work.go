@@ -29,6 +29,9 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := window.check(); err != nil {
+		return err
+	}
 	key, err := bf.apiKey()
 	if err != nil {
 		return err
