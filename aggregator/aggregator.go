@@ -66,8 +66,8 @@ type Aggregator struct {
 	metrics *metrics
 	// fetchWait bounds one fetch (see the constant; tests lengthen it).
 	fetchWait time.Duration
-	// finished ends the open fetches when the run is done and the
-	// aggregator exits for it (Config.ExitWhenDone): see consume.
+	// finished ends the open fetches when the aggregator stops once the
+	// run is done: see consume.
 	finished context.Context
 	finish   context.CancelFunc
 }
@@ -234,7 +234,6 @@ loop:
 			break loop
 		case <-done:
 			if a.cfg.ExitWhenDone {
-				a.finish()
 				break loop
 			}
 			done = nil // keep running; stop selecting on it
@@ -247,6 +246,13 @@ loop:
 				a.log.Warn("cannot compare failed.jsonl with the dead letters; trying again later", "err", err)
 			}
 		}
+	}
+	select {
+	case <-a.done:
+		// Whatever an open fetch may still bring is a second answer to a
+		// unit already written: see consume.
+		a.finish()
+	default:
 	}
 	stop()
 	wg.Wait()

@@ -29,8 +29,7 @@ const (
 )
 
 // fetchWait bounds one fetch: it is how long a stopping aggregator may
-// wait for its open fetch to end (see consume), unless it stops because
-// the run is done.
+// wait for its open fetch to end (see consume), unless the run is done.
 const fetchWait = time.Second
 
 // Config configures an aggregator. Zero fields take the defaults above.

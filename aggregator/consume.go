@@ -38,11 +38,12 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		// messages or FetchBytes, or fetchWait is over); a stopping
 		// aggregator does not give it up, since messages the server sent
 		// to a fetch given up would wait out AggregatorAckWait, and
-		// writes whatever the server has sent it. Once the run is done
-		// and the aggregator exits for it, the fetch is given up at once
-		// instead: any message still coming is a second answer to a
-		// unit already written, and waiting out AggregatorAckWait costs
-		// it nothing. The client's deadline is a little past the
+		// writes whatever the server has sent it. An aggregator that
+		// stops once the run is done (on its own with ExitWhenDone, or
+		// told to) gives the fetch up at once instead: any message still
+		// coming is a second answer to a unit already written, or one of
+		// a replay started since, and waiting out AggregatorAckWait
+		// delays it without losing it. The client's deadline is a little past the
 		// server's expiry (see FetchContext), so that the server ends
 		// the fetch first.
 		fctx, cancel := context.WithTimeout(a.finished, a.fetchWait+a.fetchWait/9)

@@ -3,6 +3,7 @@ package aggregator_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -61,39 +62,52 @@ func TestDoneFollowsTheLastLine(t *testing.T) {
 	}
 }
 
-// An aggregator that exits because the run is done gives up its open
-// fetches instead of waiting them out: `aerie run` and `aerie aggregate
-// --exit-when-done` end as soon as the last line is written. The
+// An aggregator that stops once the run is done gives up its open
+// fetches instead of waiting them out, whether it exits by itself
+// (--exit-when-done) or is told to stop (aerie run stops it after its
+// workers): the command ends as soon as the last line is written. The
 // fetches here last ten minutes, so a run that returns at all did not
 // wait one out.
-func TestExitWhenDoneGivesUpOpenFetches(t *testing.T) {
-	const n = 5
-	_, _, js := brokertest.Provisioned(t)
-	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: n}, nil)
-	dir := t.TempDir()
-	a, err := aggregator.New(aggregator.Config{Run: run, DataDir: dir, Logger: quiet, EventInterval: time.Hour, ExitWhenDone: true}, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aggregator.SetFetchWait(a, 10*time.Minute)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ended := make(chan error, 1)
-	go func() { ended <- a.Run(ctx) }()
-	publishResults(t, js, ids(0, n))
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the aggregator did not exit once the run was done")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, run, aggregator.CompletionsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lines := bytes.Count(b, []byte("\n")); lines != n {
-		t.Errorf("completions.jsonl has %d lines, want %d", lines, n)
+func TestDoneAggregatorGivesUpOpenFetches(t *testing.T) {
+	for _, exit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exit-when-done=%v", exit), func(t *testing.T) {
+			const n = 5
+			_, _, js := brokertest.Provisioned(t)
+			brokertest.Queue(t, js, schema.Manifest{Run: run, Total: n}, nil)
+			dir := t.TempDir()
+			a, err := aggregator.New(aggregator.Config{Run: run, DataDir: dir, Logger: quiet, EventInterval: time.Hour, ExitWhenDone: exit}, js)
+			if err != nil {
+				t.Fatal(err)
+			}
+			aggregator.SetFetchWait(a, 10*time.Minute)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ended := make(chan error, 1)
+			go func() { ended <- a.Run(ctx) }()
+			publishResults(t, js, ids(0, n))
+			if !exit {
+				select {
+				case <-a.Done():
+				case <-time.After(time.Minute):
+					t.Fatal("the run was not reported done")
+				}
+				cancel()
+			}
+			select {
+			case err := <-ended:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("the aggregator of a done run did not return")
+			}
+			b, err := os.ReadFile(filepath.Join(dir, run, aggregator.CompletionsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lines := bytes.Count(b, []byte("\n")); lines != n {
+				t.Errorf("completions.jsonl has %d lines, want %d", lines, n)
+			}
+		})
 	}
 }

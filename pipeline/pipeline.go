@@ -225,11 +225,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer func() { prod.stop(); _ = prod.wait() }()
 
+	// The aggregator runs until the workers have stopped (it does not
+	// exit when done), so that their last heartbeats reach the events and
+	// the live page; stopped then, a done run's aggregator returns at once.
 	aggCtx, stopAgg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAgg()
 	agg, err := aggregator.New(aggregator.Config{
 		Run: cfg.Run, DataDir: cfg.DataDir, EventInterval: cfg.EventInterval,
-		ExitWhenDone: true, OnEvent: onEvent(cfg, prod), Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
+		OnEvent: onEvent(cfg, prod), Observer: cfg.Observer, Logger: log, Metrics: registerer(reg),
 	}, js)
 	if err != nil {
 		return nil, err
