@@ -47,8 +47,8 @@ func TestStateJSON(t *testing.T) {
 	t0 := time.Now().Add(-10 * time.Second)
 	p.Event(event(3, t0))
 	p.Event(event(7, t0.Add(5*time.Second)))
-	hb := schema.Heartbeat{Run: "r1", Worker: "w1", Host: "gpu-7", Time: t0, Window: 200, InFlight: 12,
-		TokensStreamed: 1000, Backend: "http://user:s3cret@vllm.internal:8000/v1?api_key=hunter2"}
+	hb := schema.Heartbeat{Run: "r1", Worker: "w1", Host: "gpu-7", Time: t0, Window: 200, InFlight: 14,
+		InFlightTokens: []int{0, 5, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8}, TokensStreamed: 1000, Backend: "http://user:s3cret@vllm.internal:8000/v1?api_key=hunter2"}
 	p.Heartbeat(hb)
 	hb.Time, hb.TokensStreamed, hb.Paused, hb.PausedReason = t0.Add(2*time.Second), 1600, true, "backend down"
 	p.Heartbeat(hb)
@@ -81,7 +81,7 @@ func TestStateJSON(t *testing.T) {
 	}
 	w := s.Workers[0]
 	if w.Name != "w1" || w.Host != "gpu-7" || w.Backend != "vllm.internal:8000" || w.Window != 200 ||
-		w.InFlight != 12 || w.TokensPerSec != 300 || !w.Paused || w.PausedReason != "backend down" {
+		w.InFlight != 12 || w.Held != 14 || w.TokensPerSec != 300 || !w.Paused || w.PausedReason != "backend down" {
 		t.Errorf("worker %+v; want w1 on gpu-7, 300 tokens/s, paused", w)
 	}
 	var n int64

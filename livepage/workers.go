@@ -14,9 +14,14 @@ type Worker struct {
 	Host string `json:"host"`
 	// Backend is the host (and port) of the worker's backend: never its
 	// user info, path or query, where credentials could be.
-	Backend  string `json:"backend"`
-	Window   int    `json:"window"`
-	InFlight int    `json:"in_flight"`
+	Backend string `json:"backend"`
+	Window  int    `json:"window"`
+	// InFlight is the requests at the backend (the heartbeat's
+	// in_flight_tokens), what the window bounds; Held is the prompts the
+	// worker holds (the heartbeat's in_flight), up to twice the window
+	// while results are stored.
+	InFlight int `json:"in_flight"`
+	Held     int `json:"held"`
 	// TokensPerSec is the rate of the worker's streamed tokens between
 	// its last two heartbeats.
 	TokensPerSec float64 `json:"tokens_per_sec"`
@@ -83,7 +88,7 @@ func (t workerTable) list(now time.Time) []Worker {
 		hb := w.last
 		out = append(out, Worker{
 			Name: hb.Worker, Host: hb.Host, Backend: backendHost(hb.Backend),
-			Window: hb.Window, InFlight: hb.InFlight, TokensPerSec: w.rate,
+			Window: hb.Window, InFlight: len(hb.InFlightTokens), Held: hb.InFlight, TokensPerSec: w.rate,
 			Completed: hb.Completed, DeadLettered: hb.DeadLettered,
 			Paused: hb.Paused, PausedReason: hb.PausedReason,
 			SilentSec: max(silent.Seconds(), 0), Stale: silent > StaleAfter,
