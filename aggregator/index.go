@@ -119,12 +119,46 @@ func (x *unitIndex) place(s uint64) {
 	x.slots[i] = s
 }
 
-// grow doubles the table (16 slots at first) and places every slot
-// again: the slots hold the hash bits their positions are made of, so no
-// key is read.
+// grow doubles the table (16 slots at first).
 func (x *unitIndex) grow() {
+	x.resize(max(16, 2*len(x.slots)))
+}
+
+// maxReserve bounds what reserve sizes up front: about 100 MiB of index
+// for 4 million units. A larger run grows past it as lines come, so that
+// a manifest's total, however large, never allocates more at once.
+const maxReserve = 1 << 22
+
+// reserve sizes the index for n units (at most maxReserve) at once: the
+// table to the power of two that n keeps at most three quarters full,
+// and room for n offsets. Growing to a million units one doubling at a
+// time copies the table and the offsets some twenty times, and leaves
+// the copies to the garbage collector.
+func (x *unitIndex) reserve(n int) {
+	n = min(n, maxReserve)
+	if n <= 0 {
+		return
+	}
+	if cap(x.offsets) < n {
+		offsets := make([]int64, len(x.offsets), n)
+		copy(offsets, x.offsets)
+		x.offsets = offsets
+	}
+	size := max(16, len(x.slots))
+	for n*4 > size*3 {
+		size *= 2
+	}
+	if size > len(x.slots) {
+		x.resize(size)
+	}
+}
+
+// resize makes the table size slots (a power of two) and places every
+// slot again: the slots hold the hash bits their positions are made of,
+// so no key is read.
+func (x *unitIndex) resize(size int) {
 	old := x.slots
-	x.slots = make([]uint64, max(16, 2*len(old)))
+	x.slots = make([]uint64, size)
 	x.shift = uint(32 - bits.Len(uint(len(x.slots))) + 1)
 	for _, s := range old {
 		if s != 0 {

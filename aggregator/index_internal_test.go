@@ -295,22 +295,78 @@ func BenchmarkUnitSet(b *testing.B) {
 				runtime.KeepAlive(m)
 			}
 		})
-		b.Run(fmt.Sprintf("index/id%d", idLen), func(b *testing.B) {
-			for range b.N {
-				before := heapInUse()
-				var x unitIndex
-				reads := 0
-				keyAt := func(off int64) (string, error) { reads++; return keys[off], nil }
-				for i, k := range keys {
-					if ok, _ := x.find(k, keyAt); !ok {
-						_ = x.add(k, int64(i))
-					}
-				}
-				b.ReportMetric(float64(heapInUse()-before)/n, "B/unit")
-				b.ReportMetric(float64(reads)/n, "reads/lookup")
-				runtime.KeepAlive(&x)
+		for _, reserved := range []bool{false, true} {
+			name := "index"
+			if reserved {
+				name = "index-reserved" // sized from the run's total, as the aggregator does
 			}
-		})
+			b.Run(fmt.Sprintf("%s/id%d", name, idLen), func(b *testing.B) {
+				for range b.N {
+					before, allocBefore := heapInUse(), totalAlloc()
+					var x unitIndex
+					if reserved {
+						x.reserve(n)
+					}
+					reads := 0
+					keyAt := func(off int64) (string, error) { reads++; return keys[off], nil }
+					for i, k := range keys {
+						if ok, _ := x.find(k, keyAt); !ok {
+							_ = x.add(k, int64(i))
+						}
+					}
+					b.ReportMetric(float64(heapInUse()-before)/n, "B/unit")
+					b.ReportMetric(float64(totalAlloc()-allocBefore)/n, "allocated-B/unit")
+					b.ReportMetric(float64(reads)/n, "reads/lookup")
+					runtime.KeepAlive(&x)
+				}
+			})
+		}
+	}
+}
+
+func totalAlloc() int64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.TotalAlloc)
+}
+
+// An index reserved for n units takes n without growing, keeps what it
+// held before, and finds every unit; a reservation beyond maxReserve is
+// held to it.
+func TestIndexReserve(t *testing.T) {
+	const n = 5000
+	var x unitIndex
+	for i := range 10 {
+		if err := x.add(fmt.Sprint(i), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.reserve(n)
+	slots, offsets := len(x.slots), cap(x.offsets)
+	if slots*3 < n*4 || offsets < n {
+		t.Fatalf("reserved %d slots and room for %d offsets, want room for %d units", slots, offsets, n)
+	}
+	for i := 10; i < n; i++ {
+		if err := x.add(fmt.Sprint(i), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(x.slots) != slots || cap(x.offsets) != offsets {
+		t.Errorf("grew to %d slots and %d offsets after reserving %d and %d", len(x.slots), cap(x.offsets), slots, offsets)
+	}
+	keyAt := func(off int64) (string, error) { return fmt.Sprint(off), nil }
+	for i := range n {
+		if ok, err := x.find(fmt.Sprint(i), keyAt); !ok || err != nil {
+			t.Fatalf("unit %d not found after reserve: %v", i, err)
+		}
+	}
+	if ok, _ := x.find("absent", keyAt); ok {
+		t.Error("a unit never added was found")
+	}
+	var big unitIndex
+	big.reserve(maxIndexLines)
+	if cap(big.offsets) != maxReserve || len(big.slots)*3 < maxReserve*4 || len(big.slots) > 2*maxReserve*4/3+16 {
+		t.Errorf("a reservation of %d made %d slots and %d offsets, want it held to %d units", maxIndexLines, len(big.slots), cap(big.offsets), maxReserve)
 	}
 }
 

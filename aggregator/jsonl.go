@@ -45,14 +45,28 @@ func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) 
 	return openIndexed(path, onLine, nil)
 }
 
+// openSized is openJSONL for a file expected to end with about units
+// lines (a run's total): its index is sized for them once, before the
+// lines already written are read, instead of growing by copies.
+func openSized(path string, units int, onLine func(line []byte) error) (*jsonlFile, error) {
+	return openWith(path, onLine, nil, units)
+}
+
 // openIndexed is openJSONL with the index's hash function (nil: its own);
 // tests give a tiny one to force collisions.
 func openIndexed(path string, onLine func(line []byte) error, hash func(string) uint64) (*jsonlFile, error) {
+	return openWith(path, onLine, hash, 0)
+}
+
+// openWith opens path with an index hashing with hash (nil: its own)
+// sized for units lines (0: grown as lines come).
+func openWith(path string, onLine func(line []byte) error, hash func(string) uint64, units int) (*jsonlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	j := &jsonlFile{path: path, f: f, index: unitIndex{hash: hash}}
+	j.index.reserve(units)
 	good, err := j.load(onLine)
 	if err != nil {
 		f.Close()
