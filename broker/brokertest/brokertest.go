@@ -30,7 +30,14 @@ func Start(t testing.TB) *broker.Server {
 // Connect opens a TCP client connection to s, closed when the test ends.
 func Connect(t testing.TB, s *broker.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	return connectURL(t, s.ClientURL())
+}
+
+// connectURL opens a client connection to url and a JetStream context on
+// it, the connection closed when the test ends.
+func connectURL(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,16 +35,7 @@ func ConnectWithLatency(t testing.TB, s *broker.Server, oneWay time.Duration) (*
 		l.Close()
 		r.close()
 	})
-	nc, err := nats.Connect("nats://"+l.Addr().String(), nats.NoReconnect())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return connectURL(t, "nats://"+l.Addr().String(), nats.NoReconnect())
 }
 
 // relay forwards the connections accepted on a listener to target,
