@@ -43,9 +43,9 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		// told to) gives the fetch up at once instead: any message still
 		// coming is a second answer to a unit already written, or one of
 		// a replay started since, and waiting out AggregatorAckWait
-		// delays it without losing it. The client's deadline is a little past the
-		// server's expiry (see FetchContext), so that the server ends
-		// the fetch first.
+		// delays it without losing it. The client's deadline is a little
+		// past the server's expiry (see FetchContext), so that the
+		// server ends the fetch first.
 		fctx, cancel := context.WithTimeout(a.finished, a.fetchWait+a.fetchWait/9)
 		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchContext(fctx), jetstream.FetchMaxBytes(maxBytes))
 		if err == nil {

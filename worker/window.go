@@ -19,10 +19,11 @@ import (
 // acknowledged the slot already generates the next prompt, and
 // conversations between turns hold messages without slots. A pull never
 // takes the held messages above heldCap, so that a stream slow to store
-// cannot make a worker hoard prompts that other workers could answer. held counts the messages a pull
-// has asked for and not yet received, so that the cap holds for them
-// too; pending counts those alone, and what holding reports leaves them
-// out: a pull waiting on an empty stream holds nothing yet.
+// cannot make a worker hoard prompts that other workers could answer.
+// held counts the messages a pull has asked for and not yet received,
+// so that the cap holds for them too; pending counts those alone, and
+// what holding reports leaves them out: a pull waiting on an empty
+// stream holds nothing yet.
 //
 // The size can change while the window is in use (see resize), and the
 // window stays exact meanwhile: free goes below zero when the size drops

@@ -248,7 +248,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		mayHold = heldPerSlot * w.cfg.MaxWindow
 	}
 	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
-		w.log.Warn("consumer MaxAckPending is below what this worker may hold; the window cannot fill",
+		w.log.Warn("consumer MaxAckPending is below what this worker may hold (two prompts per slot): slots will wait for room; raise it with nats consumer edit --max-pending",
 			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window, "may_hold", mayHold)
 	}
 	window := any(w.cfg.Window)
