@@ -50,6 +50,7 @@ func TestTwoWorkersStoreThroughBatches(t *testing.T) {
 	wa, _ := b.start(t, worker.Config{Name: "a", Window: 100}, url)
 	wb, _ := b.start(t, worker.Config{Name: "b", Window: 100}, url)
 	b.waitSettled(t, 60*time.Second)
+	waitCounted(t, n, wa, wb)
 	res := b.results(t) // fails on a second result for a prompt
 	if len(res) != n {
 		t.Fatalf("%d results, want %d", len(res), n)

@@ -64,6 +64,7 @@ func TestRedeliveredPromptWithStoredResultIsNotGenerated(t *testing.T) {
 	f, url := newFakeLLM(t, &fakeLLM{})
 	w, _ := b.start(t, worker.Config{Window: 5}, url)
 	b.waitSettled(t, 20*time.Second)
+	waitCounted(t, 3, w)
 	if got := f.count("question " + id); got != 0 {
 		t.Errorf("%s was generated %d times although its result was stored", id, got)
 	}
@@ -110,6 +111,7 @@ func TestRedeliveredDeadLetterIsSettledAtOnce(t *testing.T) {
 	}})
 	w, _ := b.start(t, worker.Config{Window: 5, OutageRetry: 20 * time.Millisecond}, url)
 	b.waitSettled(t, 20*time.Second)
+	waitCounted(t, 2, w)
 	if got := f.count("question " + id); got != 0 {
 		t.Errorf("%s was sent to the backend %d times although its dead letter was stored", id, got)
 	}

@@ -27,6 +27,7 @@ func TestTailHandedBackToAnIdleWorker(t *testing.T) {
 	brokertest.Eventually(t, 30*time.Second, func() bool { return ws.Stats().InFlight == window }, "the slow worker to fill its window")
 	wf, _ := b.start(t, cfg, fast)
 	b.waitSettled(t, 2*time.Minute)
+	waitCounted(t, prompts, ws, wf)
 
 	s, f := ws.Stats(), wf.Stats()
 	if s.TailHandedBack == 0 {

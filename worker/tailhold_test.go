@@ -36,6 +36,7 @@ func TestSlowWorkerHoldsBackForTheTail(t *testing.T) {
 	brokertest.Eventually(t, 30*time.Second, func() bool { return ws.Stats().Completed >= 2 }, "the slow worker to answer two prompts")
 	wf, _ := b.start(t, tailCfg(64), fast)
 	b.waitSettled(t, 2*time.Minute)
+	waitCounted(t, prompts, ws, wf)
 
 	s, f := ws.Stats(), wf.Stats()
 	if s.TailHolds == 0 {
@@ -58,6 +59,7 @@ func TestLoneWorkerNeverHoldsBack(t *testing.T) {
 	b := setup(t, prompts, provision.Options{})
 	w, _ := b.start(t, tailCfg(2), slowSim(t))
 	b.waitSettled(t, time.Minute)
+	waitCounted(t, prompts, w)
 	if s := w.Stats(); s.Completed != prompts || s.TailHolds != 0 {
 		t.Errorf("completed %d, held back %d times; want %d completed and no hold", s.Completed, s.TailHolds, prompts)
 	}
@@ -92,6 +94,7 @@ func TestTailHoldEndsWhenThePeerFallsSilent(t *testing.T) {
 	silent.Store(true)
 	<-beats
 	b.waitSettled(t, time.Minute)
+	waitCounted(t, prompts, w)
 	if s := w.Stats(); s.Completed != prompts {
 		t.Errorf("completed %d, want %d", s.Completed, prompts)
 	}

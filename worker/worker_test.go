@@ -136,6 +136,25 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 }
 
 // stored returns the payloads of every message in stream, in order.
+// waitCounted waits until the workers' summed Completed, DeadLettered
+// and AlreadySettled reach n. A worker counts a prompt once the server
+// has confirmed its ack or termination, a moment after the ack floor
+// that waitSettled watches has moved (and now that slots are freed
+// before results are stored, several prompts of a run's end may be in
+// that moment at once): a test that reads the counters after
+// waitSettled waits for them too.
+func waitCounted(t *testing.T, n int64, ws ...*worker.Worker) {
+	t.Helper()
+	brokertest.Eventually(t, 30*time.Second, func() bool {
+		var got int64
+		for _, w := range ws {
+			s := w.Stats()
+			got += s.Completed + s.DeadLettered + s.AlreadySettled
+		}
+		return got >= n
+	}, "the workers to count %d prompts settled", n)
+}
+
 func (b *bundle) stored(t *testing.T, stream string) [][]byte {
 	t.Helper()
 	return storedMessages(t, b.js, stream)
