@@ -101,12 +101,8 @@ func TestDoneAggregatorGivesUpOpenFetches(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("the aggregator of a done run did not return")
 			}
-			b, err := os.ReadFile(filepath.Join(dir, run, aggregator.CompletionsFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if lines := bytes.Count(b, []byte("\n")); lines != n {
-				t.Errorf("completions.jsonl has %d lines, want %d", lines, n)
+			if lines := readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile)); len(lines) != n {
+				t.Errorf("completions.jsonl has %d lines, want %d", len(lines), n)
 			}
 		})
 	}

@@ -27,11 +27,9 @@ func benchStream() [][]byte {
 	return append(events, []byte(`{"id":"chatcmpl-5f2c1a","object":"chat.completion.chunk","created":1733000000,"model":"moonshotai/Kimi-K2.5","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":64,"total_tokens":184}}`))
 }
 
-// BenchmarkChatStream is one streamed chat completion of a typical
-// answer (66 chunks with continuous usage and token ids) from an
-// in-process server, request to assembled answer; the server's own
-// allocations are counted too.
-func BenchmarkChatStream(b *testing.B) {
+// benchStreamBody is benchStream as a server sends it: each event a
+// data line, then [DONE].
+func benchStreamBody() []byte {
 	var raw bytes.Buffer
 	for _, e := range benchStream() {
 		raw.WriteString("data: ")
@@ -39,7 +37,15 @@ func BenchmarkChatStream(b *testing.B) {
 		raw.WriteString("\n\n")
 	}
 	raw.WriteString("data: [DONE]\n\n")
-	body := raw.Bytes()
+	return raw.Bytes()
+}
+
+// BenchmarkChatStream is one streamed chat completion of a typical
+// answer (66 chunks with continuous usage and token ids) from an
+// in-process server, request to assembled answer; the server's own
+// allocations are counted too.
+func BenchmarkChatStream(b *testing.B) {
+	body := benchStreamBody()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = w.Write(body)

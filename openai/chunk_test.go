@@ -206,14 +206,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 // with a fresh one holding a 32 KiB buffer, as every stream once had
 // (fresh32k), side by side.
 func BenchmarkSSEReader(b *testing.B) {
-	var raw bytes.Buffer
-	for _, e := range benchStream() {
-		raw.WriteString("data: ")
-		raw.Write(e)
-		raw.WriteString("\n\n")
-	}
-	raw.WriteString("data: [DONE]\n\n")
-	body := raw.Bytes()
+	body := benchStreamBody()
 	for _, mode := range []string{"fresh32k", "pooled"} {
 		b.Run(mode, func(b *testing.B) {
 			b.ReportAllocs()

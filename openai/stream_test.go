@@ -434,25 +434,32 @@ func TestChatStreamAbandonedPromptly(t *testing.T) {
 	}
 }
 
-func TestChatStreamReusesConnections(t *testing.T) {
+// serveCountingDials serves h on a test server, closed when the test
+// ends, and returns its URL and a count of the connections it accepted.
+func serveCountingDials(t *testing.T, h http.HandlerFunc) (url string, dials func() int) {
 	var mu sync.Mutex
-	dials := 0
-	// The response ends a little after [DONE]: the client must wait for
-	// that end, or the connection cannot go back to the pool.
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		streamOf(chunk{field: "content", text: "a", finish: "stop"})(w, r)
-		waitOrDone(r, 20*time.Millisecond)
-	}))
+	n := 0
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
 		if state == http.StateNew {
 			mu.Lock()
-			dials++
+			n++
 			mu.Unlock()
 		}
 	}
 	srv.Start()
-	defer srv.Close()
-	c, err := New(Config{BaseURL: srv.URL})
+	t.Cleanup(srv.Close)
+	return srv.URL, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+func TestChatStreamReusesConnections(t *testing.T) {
+	// The response ends a little after [DONE]: the client must wait for
+	// that end, or the connection cannot go back to the pool.
+	url, dials := serveCountingDials(t, func(w http.ResponseWriter, r *http.Request) {
+		streamOf(chunk{field: "content", text: "a", finish: "stop"})(w, r)
+		waitOrDone(r, 20*time.Millisecond)
+	})
+	c, err := New(Config{BaseURL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,10 +468,8 @@ func TestChatStreamReusesConnections(t *testing.T) {
 			t.Fatalf("ChatStream: %v", err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dials != 1 {
-		t.Errorf("3 sequential streams used %d connections", dials)
+	if n := dials(); n != 1 {
+		t.Errorf("3 sequential streams used %d connections", n)
 	}
 }
 

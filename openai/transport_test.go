@@ -3,9 +3,7 @@ package openai
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -19,9 +17,9 @@ import (
 func TestChatStreamKeepsConnectionsForWindow(t *testing.T) {
 	const window, rounds = 600, 3
 	var mu sync.Mutex
-	dials, arrived := 0, 0
+	arrived := 0
 	gate := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	url, dials := serveCountingDials(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		arrived++
 		g := gate
@@ -37,17 +35,8 @@ func TestChatStreamKeepsConnectionsForWindow(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: "+chunk{field: "content", text: "a", finish: "stop"}.String()+"\n\ndata: [DONE]\n\n")
-	}))
-	srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
-		if state == http.StateNew {
-			mu.Lock()
-			dials++
-			mu.Unlock()
-		}
-	}
-	srv.Start()
-	defer srv.Close()
-	c, err := New(Config{BaseURL: srv.URL})
+	})
+	c, err := New(Config{BaseURL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +58,7 @@ func TestChatStreamKeepsConnectionsForWindow(t *testing.T) {
 			t.Fatalf("round %d: %v", round+1, err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if dials != window {
-		t.Errorf("%d rounds of %d streams at once dialed %d connections, want %d", rounds, window, dials, window)
+	if n := dials(); n != window {
+		t.Errorf("%d rounds of %d streams at once dialed %d connections, want %d", rounds, window, n, window)
 	}
 }

@@ -15,45 +15,6 @@ import (
 	"github.com/aerie-dev/aerie/pipeline"
 )
 
-// holdProduceEnd is a log handler that holds the producer's closing line
-// ("produce finished", logged before the producer returns) until answer
-// is closed, or 30 s have passed: what happens meanwhile happens while
-// the prompts are still being queued. Other lines go to out.
-type holdProduceEnd struct {
-	out    slog.Handler
-	answer <-chan struct{}
-	mu     *sync.Mutex
-	held   *bool // the closing line waited for an answer and got one
-}
-
-func (h holdProduceEnd) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "produce finished" {
-		select {
-		case <-h.answer:
-			h.mu.Lock()
-			*h.held = true
-			h.mu.Unlock()
-		case <-time.After(30 * time.Second):
-		}
-	}
-	if !h.out.Enabled(ctx, r.Level) {
-		return nil
-	}
-	return h.out.Handle(ctx, r)
-}
-
-func (h holdProduceEnd) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h holdProduceEnd) WithAttrs(as []slog.Attr) slog.Handler {
-	h.out = h.out.WithAttrs(as)
-	return h
-}
-
-func (h holdProduceEnd) WithGroup(name string) slog.Handler {
-	h.out = h.out.WithGroup(name)
-	return h
-}
-
 // The workers and the aggregator start once the run's manifest is
 // stored, not once every prompt is queued: a prompt is answered before
 // the producer has returned, and the run still ends with every prompt
@@ -71,9 +32,20 @@ func TestWorkStartsWhileQueuing(t *testing.T) {
 		llm.Config.Handler.ServeHTTP(w, r)
 	}))
 	defer backend.Close()
+	// The producer's closing line ("produce finished", logged before it
+	// returns) is held until a prompt is answered, or 30 s have passed:
+	// what happens meanwhile happens while prompts are still queued.
 	var mu sync.Mutex
-	var held bool
-	h := holdProduceEnd{out: quiet.Handler(), answer: answered, mu: &mu, held: &held}
+	var held bool // the closing line waited for an answer and got one
+	h := onLog{out: quiet.Handler(), msg: "produce finished", once: &sync.Once{}, f: func() {
+		select {
+		case <-answered:
+			mu.Lock()
+			held = true
+			mu.Unlock()
+		case <-time.After(30 * time.Second):
+		}
+	}}
 	cfg := config(t, "overlap", promptsFile(t, n))
 	cfg.Backend, cfg.Model, cfg.Logger = backend.URL, "m", slog.New(h)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
