@@ -24,7 +24,8 @@ PROMPTS  ?= 25000
 SPEED    ?= 200
 DATA     ?= ./data
 
-# FUZZTIME bounds each fuzz target in `make fuzz` (CI uses a short one).
+# FUZZTIME bounds each fuzz target in `make fuzz`: a duration, or a count
+# of inputs such as 30000x (what CI uses; see .ci/run).
 FUZZTIME ?= 30s
 
 .PHONY: build run test vet bench rss fuzz install clean image deploy-check deploy-schemas natscli browser eta-study
