@@ -230,6 +230,7 @@ type peers struct {
 
 type peer struct {
 	at        time.Time // when it was heard, by this worker's clock
+	window    int
 	free      int
 	inFlight  int
 	completed int64
@@ -256,7 +257,7 @@ func (p *peers) heard(self string) nats.MsgHandler {
 		if p.last == nil {
 			p.last = map[string]peer{}
 		}
-		pr := peer{at: now, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
+		pr := peer{at: now, window: hb.Window, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
 			pulling: !hb.Paused && !hb.TailHold}
 		if was, ok := p.last[hb.Worker]; ok {
 			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
@@ -279,6 +280,20 @@ func (p *peers) free(now time.Time, recent time.Duration) int {
 		n += pr.free
 	}
 	return n
+}
+
+// windows counts the other workers heard from within `recent` of now
+// and sums their windows.
+func (p *peers) windows(now time.Time, recent time.Duration) (workers, sum int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.last {
+		if now.Sub(pr.at) <= recent {
+			workers++
+			sum += pr.window
+		}
+	}
+	return workers, sum
 }
 
 // pulling is what is known of the other workers heard from within
