@@ -275,7 +275,7 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 		Run: a.cfg.Run, Total: m.Total, Requests: m.Requests(), ReportTurns: a.turnsAll,
 	}, time.Now())
 	var err error
-	a.completions, err = openSized(filepath.Join(a.dir, CompletionsFile), m.Total, func(line []byte) error {
+	a.completions, err = openSized(filepath.Join(a.dir, CompletionsFile), m.Total, func(_ string, line []byte) error {
 		var l completionHead
 		if err := json.Unmarshal(line, &l); err != nil {
 			return err

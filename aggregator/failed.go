@@ -47,8 +47,7 @@ type failedHead struct {
 func openFailed(path string, onLine func(failedHead) int) (*failedFile, error) {
 	f := &failedFile{failedAt: map[string]time.Time{}, requests: map[string]int{}, completed: map[string]bool{}, reasons: map[string]string{}}
 	var err error
-	f.jsonlFile, err = openJSONL(path, func(line []byte) error {
-		key, _ := lineKey(line) // openJSONL has checked it
+	f.jsonlFile, err = openJSONL(path, func(key string, line []byte) error {
 		var l failedHead
 		_ = json.Unmarshal(line, &l) // a line without them is still a failure
 		f.failedAt[key] = l.FailedAt

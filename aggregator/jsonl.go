@@ -41,33 +41,42 @@ type jsonlFile struct {
 // is cut off (its message was never acknowledged, so it comes again). Every
 // complete line's unit is loaded so that redelivered messages are skipped.
 // onLine, if not nil, sees each complete line.
-func openJSONL(path string, onLine func(line []byte) error) (*jsonlFile, error) {
+func openJSONL(path string, onLine lineFunc) (*jsonlFile, error) {
 	return openIndexed(path, onLine, nil)
 }
 
+// lineFunc sees each complete line of a file being opened, with the key
+// of its unit.
+type lineFunc func(key string, line []byte) error
+
 // openSized is openJSONL for a file expected to end with about units
 // lines (a run's total): its index is sized for them once, before the
-// lines already written are read, instead of growing by copies.
-func openSized(path string, units int, onLine func(line []byte) error) (*jsonlFile, error) {
-	return openWith(path, onLine, nil, units)
+// lines already written are read, instead of growing by copies. decode
+// must decode the whole of each line with json.Unmarshal and return its
+// error: that is the line's check that it is JSON, done once. Checking
+// apart first read every byte twice more, and a restarted aggregator
+// reads a run's every answer before it writes the next one.
+func openSized(path string, units int, decode lineFunc) (*jsonlFile, error) {
+	return openWith(path, decode, true, nil, units)
 }
 
 // openIndexed is openJSONL with the index's hash function (nil: its own);
 // tests give a tiny one to force collisions.
-func openIndexed(path string, onLine func(line []byte) error, hash func(string) uint64) (*jsonlFile, error) {
-	return openWith(path, onLine, hash, 0)
+func openIndexed(path string, onLine lineFunc, hash func(string) uint64) (*jsonlFile, error) {
+	return openWith(path, onLine, false, hash, 0)
 }
 
 // openWith opens path with an index hashing with hash (nil: its own)
-// sized for units lines (0: grown as lines come).
-func openWith(path string, onLine func(line []byte) error, hash func(string) uint64, units int) (*jsonlFile, error) {
+// sized for units lines (0: grown as lines come). decodes says that
+// onLine checks each line is JSON (see openSized).
+func openWith(path string, onLine lineFunc, decodes bool, hash func(string) uint64, units int) (*jsonlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	j := &jsonlFile{path: path, f: f, index: unitIndex{hash: hash}}
 	j.index.reserve(units)
-	good, err := j.load(onLine)
+	good, err := j.load(onLine, decodes)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -95,8 +104,8 @@ func openWith(path string, onLine func(line []byte) error, hash func(string) uin
 }
 
 // load reads every complete line and returns the offset just past the last
-// one.
-func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
+// one. decodes: see openWith.
+func (j *jsonlFile) load(onLine lineFunc, decodes bool) (int64, error) {
 	lr := dataset.NewLineReader(j.f, dataset.MaxLineBytes)
 	var off int64
 	for {
@@ -110,7 +119,15 @@ func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
 		if tooLong {
 			return 0, fmt.Errorf("%s:%d: line longer than %d MiB, not an aerie output line: move the file aside or repair that line, then start again", j.path, lr.Line(), dataset.MaxLineBytes>>20)
 		}
-		key, err := lineKey(line)
+		var key string
+		if decodes {
+			key, err = unitKey(line)
+			if err == nil {
+				err = onLine(key, line)
+			}
+		} else {
+			key, err = lineKey(line)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lr.Line(), err)
 		}
@@ -123,8 +140,8 @@ func (j *jsonlFile) load(onLine func([]byte) error) (int64, error) {
 				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
 			}
 		}
-		if onLine != nil {
-			if err := onLine(line); err != nil {
+		if onLine != nil && !decodes {
+			if err := onLine(key, line); err != nil {
 				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
 			}
 		}
@@ -143,6 +160,11 @@ func lineKey(line []byte) (string, error) {
 		}
 		return "", errors.New("not valid JSON")
 	}
+	return unitKey(line)
+}
+
+// unitKey is lineKey without the check that the whole line is JSON.
+func unitKey(line []byte) (string, error) {
 	u, _, err := dataset.LineUnit(line)
 	if err != nil {
 		return "", err

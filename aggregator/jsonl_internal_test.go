@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,7 @@ func TestOpenJSONLLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen []string
-	j, err := openJSONL(path, func(line []byte) error {
+	j, err := openJSONL(path, func(_ string, line []byte) error {
 		seen = append(seen, string(line))
 		return nil
 	})
@@ -60,6 +61,14 @@ func TestOpenJSONLLines(t *testing.T) {
 		_, err := openJSONL(path, nil)
 		if err == nil || !strings.Contains(err.Error(), path+":4:") {
 			t.Errorf("%s: error %v, want one naming %s:4", name, err, path)
+		}
+		// The same when the line's decoding is its only check.
+		_, err = openSized(path, 4, func(_ string, line []byte) error {
+			var v struct{ Content string }
+			return json.Unmarshal(line, &v)
+		})
+		if err == nil || !strings.Contains(err.Error(), path+":4: not an aerie output line") {
+			t.Errorf("%s, decoded: error %v, want one naming %s:4", name, err, path)
 		}
 		if got, _ := os.ReadFile(path); !bytes.Equal(got, []byte(good+bad+"\n")) {
 			t.Errorf("%s: the file was changed to %q", name, got)
