@@ -39,6 +39,32 @@ func TestAutoWindowFollowsTheServer(t *testing.T) {
 	}
 }
 
+// Two workers with automatic windows on one server of 64 slots, as when
+// a second worker is started against the same vLLM: each reads the same
+// load, so both grow into the same free slots. Together their windows
+// settle at the server's slots and one allowance of 4 (each gives up its
+// share of a queue), not an allowance each, and neither is squeezed out.
+func TestAutoWindowsShareOneServer(t *testing.T) {
+	const slots = 64
+	b := setup(t, 4000, provision.Options{})
+	url := busySim(t, slots)
+	cfg := worker.Config{Window: 8, AutoWindow: true, WindowPoll: 100 * time.Millisecond}
+	cfg.Name = "w1"
+	w1, _ := b.start(t, cfg, url)
+	cfg.Name = "w2"
+	w2, _ := b.start(t, cfg, url)
+	settled := func() bool {
+		n1, n2 := w1.Stats().Window, w2.Stats().Window
+		return n1+n2 >= slots && n1+n2 <= slots+6 && min(n1, n2) >= 8
+	}
+	brokertest.Eventually(t, time.Minute, settled, "the two windows to settle near %d together", slots)
+	for range 2 {
+		done := w1.Stats().Completed + w2.Stats().Completed
+		brokertest.Eventually(t, time.Minute, func() bool { return w1.Stats().Completed+w2.Stats().Completed >= done+slots }, "a batch to finish")
+		brokertest.Eventually(t, 10*time.Second, settled, "the two windows to stay near %d together", slots)
+	}
+}
+
 // An automatic window never goes above --max-window, however many free
 // slots the server has.
 func TestAutoWindowKeepsToItsMax(t *testing.T) {
