@@ -218,7 +218,7 @@ func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, pub *pu
 			continue // invalid in the validation pass too, or caught by the count below
 		}
 		l, n := rec.Line, rec.N
-		first, ok := sc.ids[tokenOf(l.ID)]
+		first, ok := sc.ids.get(tokenOf(l.ID))
 		if !ok {
 			return changedError(cfg, fmt.Sprintf("%s %d holds id %q, which was not there before", unit, n, dataset.Truncate(l.ID, 60)))
 		}

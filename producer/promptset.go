@@ -197,7 +197,7 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 	prefix := strings.TrimSuffix(schema.RunFilter(schema.PromptsRoot, cfg.Run), ">")
 	absent := map[string]bool{}
 	for subject := range queued {
-		if first, ok := sc.ids[subjectToken(subject, prefix)]; ok && !first.rejected {
+		if first, ok := sc.ids.get(subjectToken(subject, prefix)); ok && !first.rejected {
 			e.Common++
 			continue
 		}
@@ -244,7 +244,7 @@ func dropOtherSamples(ctx context.Context, cfg Config, sc *scan, absent map[stri
 			continue
 		}
 		l := rec.Line
-		if first, ok := sc.ids[tokenOf(l.ID)]; !ok || first.line != rec.N || first.rejected {
+		if first, ok := sc.ids.get(tokenOf(l.ID)); !ok || first.line != rec.N || first.rejected {
 			continue
 		}
 		for k := 1; k < cfg.samples(); k++ {
@@ -317,7 +317,7 @@ func compareFile(ctx context.Context, cfg Config, sc *scan, stream jetstream.Str
 			continue
 		}
 		id := rec.Line.ID
-		first, ok := sc.ids[tokenOf(id)]
+		first, ok := sc.ids.get(tokenOf(id))
 		if !ok || first.line != rec.N || first.rejected {
 			continue
 		}
