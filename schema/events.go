@@ -74,6 +74,11 @@ type Heartbeat struct {
 	// sooner than it would (it keeps those it holds). Other workers do
 	// not count on it to pull.
 	TailHold bool `json:"tail_hold,omitempty"`
+	// ConsumerFull is set from when the worker, with free slots, finds
+	// the run's consumer holding as many unsettled prompts as its
+	// MaxAckPending while prompts wait, until it sees room again: no
+	// worker gets more meanwhile.
+	ConsumerFull bool `json:"consumer_full,omitempty"`
 }
 
 // PausedStopping is the PausedReason of a worker that is shutting down.

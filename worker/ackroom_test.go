@@ -14,9 +14,10 @@ import (
 
 // Two workers of window 4 on a consumer that lets 4 prompts out at once:
 // the first holds all 4 at its backend, the second gets none while 16
-// wait. The second says the consumer is full and what MaxAckPending the
-// two windows need (2 x 8), then, once the prompts are answered, that it
-// has room again; the first, without a free slot, says nothing.
+// wait. The second says the consumer is full (log, Stats, heartbeats)
+// and what MaxAckPending the two windows need (2 x 8), then, once the
+// prompts are answered, that it has room again; the first, without a
+// free slot, says nothing.
 func TestFullConsumerIsReported(t *testing.T) {
 	const n = 20
 	b := setup(t, n, provision.Options{MaxAckPending: 4})
@@ -29,7 +30,9 @@ func TestFullConsumerIsReported(t *testing.T) {
 	brokertest.Eventually(t, 20*time.Second, func() bool { in, _ := f.snapshot(); return in == 4 }, "worker a's 4 requests at the backend")
 	w, _ := b.start(t, worker.Config{Name: "b", Window: 4, Heartbeat: 20 * time.Millisecond, Logger: logger(&logsB)}, url)
 
+	heartbeats := b.heartbeats(t)
 	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().AckPendingFull }, "worker b finds the consumer full")
+	brokertest.Eventually(t, 10*time.Second, func() bool { hb := heartbeats.of("b"); return hb != nil && hb.ConsumerFull }, "worker b's heartbeats to say the consumer is full")
 	if in, _ := f.snapshot(); in != 4 {
 		t.Fatalf("%d requests at the backend, want 4: MaxAckPending lets no more out", in)
 	}
@@ -46,6 +49,7 @@ func TestFullConsumerIsReported(t *testing.T) {
 	close(f.hold)
 	b.waitSettled(t, 60*time.Second)
 	brokertest.Eventually(t, 20*time.Second, func() bool { return !w.Stats().AckPendingFull }, "worker b sees room again")
+	brokertest.Eventually(t, 10*time.Second, func() bool { hb := heartbeats.of("b"); return hb != nil && !hb.ConsumerFull }, "worker b's heartbeats to say there is room")
 	logs := logsB.String()
 	if c := strings.Count(logs, "consumer is full"); c != 1 {
 		t.Errorf("%d warnings of a full consumer, want 1:\n%s", c, logs)

@@ -118,6 +118,13 @@ func (h *heartbeatLog) last() *schema.Heartbeat {
 	return h.latest
 }
 
+// of is the latest heartbeat of the worker named name, nil before any.
+func (h *heartbeatLog) of(name string) *schema.Heartbeat {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byWorker[name]
+}
+
 // workers is the number of workers heard from: those whose Run has
 // looked up the streams and started.
 func (h *heartbeatLog) workers() int {
