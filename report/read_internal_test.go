@@ -1,16 +1,11 @@
 package report
 
 import (
-	"bufio"
-	"encoding/json"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/aerie-dev/aerie/dataset"
-	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/dataset/datasettest"
 )
 
 // BenchmarkReadCompletions reads a completions.jsonl of 10,000 answers
@@ -19,31 +14,10 @@ import (
 func BenchmarkReadCompletions(b *testing.B) {
 	const n = 10000
 	dir := b.TempDir()
-	f, err := os.Create(filepath.Join(dir, dataset.CompletionsFile))
+	size, err := datasettest.WriteLongCompletions(filepath.Join(dir, dataset.CompletionsFile), n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	var size int64
-	for i := range n {
-		r := schema.Result{
-			ID: "p" + strings.Repeat("0", 5) + string(rune('a'+i%26)), Messages: []schema.Message{{Role: "user", Content: strings.Repeat("question ", 60)}},
-			Model: "m", Reasoning: strings.Repeat("Let me think about it. ", 270), Content: strings.Repeat("The answer is this. ", 150),
-			FinishReason: "stop", PromptTokens: 120, CompletionTokens: 2200, Worker: "w1", Attempts: 1,
-			TTFTMillis: 300, LatencyMs: 40000, FinishedAt: time.Now(),
-		}
-		if err := enc.Encode(dataset.NewCompletionLine(&r)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	if info, err := f.Stat(); err == nil {
-		size = info.Size()
-	}
-	f.Close()
 	b.SetBytes(size)
 	for b.Loop() {
 		var skipped Skipped
