@@ -98,7 +98,7 @@ func (x *unitIndex) find(key string, keyAt func(off int64) (string, error)) (boo
 // add records the line of key, which starts at off. key must not be in
 // the index already (find said so).
 func (x *unitIndex) add(key string, off int64) error {
-	if len(x.offsets) >= maxIndexLines {
+	if int64(len(x.offsets)) >= maxIndexLines {
 		return errIndexFull
 	}
 	if (len(x.offsets)+1)*4 > len(x.slots)*3 {

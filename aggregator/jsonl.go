@@ -235,7 +235,7 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
 	if n := bytes.Count(buf.Bytes(), []byte("\n")); n != len(keys) {
 		return fmt.Errorf("append to %s: %d lines for %d units", j.path, n, len(keys))
 	}
-	if j.index.len()+len(keys) > maxIndexLines {
+	if int64(j.index.len()+len(keys)) > maxIndexLines {
 		return fmt.Errorf("append to %s: %w", j.path, errIndexFull)
 	}
 	start, err := j.f.Seek(0, io.SeekCurrent)

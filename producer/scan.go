@@ -108,8 +108,8 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 		return rec.Err.Error()
 	}
 	l, line := rec.Line, rec.N
-	if line > maxSeenLine {
-		return fmt.Sprintf("past %s %d: split the file into files of fewer %ss", sc.unit, maxSeenLine, sc.unit)
+	if int64(line) > maxSeenLine {
+		return fmt.Sprintf("past %s %d: split the file into files of fewer %ss", sc.unit, int64(maxSeenLine), sc.unit)
 	}
 	key := tokenOf(l.ID)
 	if first, ok := sc.ids.get(key); ok {
