@@ -51,13 +51,13 @@ type lineFunc func(key string, line []byte) error
 
 // openSized is openJSONL for a file expected to end with about units
 // lines (a run's total): its index is sized for them once, before the
-// lines already written are read, instead of growing by copies. decode
-// must decode the whole of each line with json.Unmarshal and return its
-// error: that is the line's check that it is JSON, done once. Checking
-// apart first read every byte twice more, and a restarted aggregator
-// reads a run's every answer before it writes the next one.
+// lines already written are read, instead of growing by copies. decode,
+// if not nil, must decode the whole of each line with json.Unmarshal and
+// return its error: that is the line's check that it is JSON, made once.
+// A check of its own would scan every byte twice more, and a restarted
+// aggregator reads every answer of its run before it writes the next.
 func openSized(path string, units int, decode lineFunc) (*jsonlFile, error) {
-	return openWith(path, decode, true, nil, units)
+	return openWith(path, decode, decode != nil, nil, units)
 }
 
 // openIndexed is openJSONL with the index's hash function (nil: its own);
