@@ -105,6 +105,22 @@ func TestMaxAckPendingOnlyForTheWindows(t *testing.T) {
 		"fix:nats consumer edit AERIE_PROMPTS workers-snug --max-pending 800")
 }
 
+// With --window auto the consumer must also hold what windows grown to
+// --max-window hold: 2 workers x 2 x 1024 = 4096 above 3000 warns; a
+// --max-window of 512 fits.
+func TestMaxAckPendingForAutoWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	queueRun(t, b.js, "auto", 64, provision.Options{MaxAckPending: 3000})
+	cfg := b.cfg
+	cfg.Run, cfg.Workers, cfg.Window, cfg.AutoWindow = "auto", 2, 200, true
+	expect(t, run(t, cfg), "consumer", doctor.Warn,
+		"MaxAckPending 3000 < 2 prompts per slot x 2 workers x 1024 max window = 4096",
+		"fix:nats consumer edit AERIE_PROMPTS workers-auto --max-pending 4096")
+	cfg.MaxWindow = 512
+	expect(t, run(t, cfg), "consumer", doctor.Pass, "MaxAckPending 3000 >= 2 prompts per slot x 2 workers x 512 max window")
+}
+
 func TestAckWaitTooShortAndUnlimitedDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

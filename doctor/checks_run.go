@@ -106,6 +106,13 @@ func checkConsumer(ctx context.Context, s *session) Result {
 		add(Warn, fmt.Sprintf("--max-pending %d", 2*need),
 			"MaxAckPending %d < 2 prompts per slot x %s x %d window = %d: slots wait while results are stored",
 			cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.Window, 2*need)
+	case s.cfg.AutoWindow && cfg.MaxAckPending < 2*s.cfg.Workers*s.cfg.MaxWindow:
+		grown := 2 * s.cfg.Workers * s.cfg.MaxWindow
+		add(Warn, fmt.Sprintf("--max-pending %d", grown),
+			"MaxAckPending %d < 2 prompts per slot x %s x %d max window = %d: automatic windows grown that far would find the consumer full (workers say so if they do), or lower --max-window",
+			cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow, grown)
+	case s.cfg.AutoWindow:
+		add(Pass, "", "MaxAckPending %d >= 2 prompts per slot x %s x %d max window", cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow)
 	default:
 		add(Pass, "", "MaxAckPending %d >= %s", cfg.MaxAckPending, demand)
 	}

@@ -34,6 +34,9 @@ const (
 	// DefaultWindow is a worker's default window, the same as
 	// worker.DefaultWindow: prompts in flight per worker.
 	DefaultWindow = 200
+	// DefaultMaxWindow is the most an automatic window grows to, the same
+	// as worker.DefaultMaxWindow.
+	DefaultMaxWindow = 1024
 	// DefaultCheckTimeout bounds each check that talks to a server or
 	// touches the disk.
 	DefaultCheckTimeout = 10 * time.Second
@@ -89,8 +92,15 @@ type Config struct {
 	// Workers is how many workers will share the run's consumer (one per
 	// GPU host, or aerie run's --workers). Zero means DefaultWorkers.
 	Workers int
-	// Window is each worker's window. Zero means DefaultWindow.
+	// Window is each worker's window, or the size an automatic one
+	// starts at. Zero means DefaultWindow.
 	Window int
+	// AutoWindow says the workers size their windows from their
+	// backends' load (--window auto), up to MaxWindow each; zero
+	// MaxWindow means DefaultMaxWindow. The consumer is then checked
+	// against what grown windows may hold, not only the start.
+	AutoWindow bool
+	MaxWindow  int
 	// Units is a systemd unit file, or a directory whose *.service files
 	// are checked. Empty skips the check.
 	Units string
@@ -112,8 +122,8 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		key = "[redacted]"
 	}
-	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Model: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, Units: %q}",
-		redactURLs(c.NATSURL), c.Run, c.Model, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.Units)
+	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Model: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, AutoWindow: %t, MaxWindow: %d, Units: %q}",
+		redactURLs(c.NATSURL), c.Run, c.Model, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.AutoWindow, c.MaxWindow, c.Units)
 }
 
 // GoString is String, so that %#v does not print the API key either.
@@ -127,8 +137,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("doctor: %w", err))
 		}
 	}
-	if c.Workers < 0 || c.Window < 0 {
-		errs = append(errs, fmt.Errorf("doctor: workers (%d) and window (%d) must not be negative", c.Workers, c.Window))
+	if c.Workers < 0 || c.Window < 0 || c.MaxWindow < 0 {
+		errs = append(errs, fmt.Errorf("doctor: workers (%d), window (%d) and max window (%d) must not be negative", c.Workers, c.Window, c.MaxWindow))
 	}
 	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 {
 		errs = append(errs, errors.New("doctor: timeouts must not be negative"))
@@ -142,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Window == 0 {
 		c.Window = DefaultWindow
+	}
+	if c.MaxWindow == 0 {
+		c.MaxWindow = DefaultMaxWindow
 	}
 	if c.CheckTimeout == 0 {
 		c.CheckTimeout = DefaultCheckTimeout

@@ -229,6 +229,9 @@ func TestDefaultWindowIsTheWorkers(t *testing.T) {
 	if doctor.DefaultWindow != worker.DefaultWindow {
 		t.Fatalf("doctor.DefaultWindow %d, worker.DefaultWindow %d", doctor.DefaultWindow, worker.DefaultWindow)
 	}
+	if doctor.DefaultMaxWindow != worker.DefaultMaxWindow {
+		t.Fatalf("doctor.DefaultMaxWindow %d, worker.DefaultMaxWindow %d", doctor.DefaultMaxWindow, worker.DefaultMaxWindow)
+	}
 }
 
 func TestPreflight(t *testing.T) {

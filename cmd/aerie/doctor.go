@@ -13,7 +13,7 @@ import (
 )
 
 func cmdDoctor(ctx context.Context, args []string) error {
-	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N|auto] [--api-key-file F] [--units DIR]")
+	fs, lf := newFlags("doctor", "--nats URL --run NAME --backend URL [--model M] [--data-dir DIR] [--prompts FILE] [--workers N] [--window N|auto] [--max-window N] [--api-key-file F] [--units DIR]")
 	nf := addNATSFlags(fs, auth.Admin)
 	roleName := fs.String("role", "", "role whose credentials --nkey or --creds carry, checked against what its command needs: producer (aerie produce), worker (aerie work), aggregator (aerie aggregate) or admin (replay, reconcile, runs); default: the role that names the --nkey file (worker.nk: worker), else admin")
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
@@ -23,6 +23,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
 	workers := fs.Int("workers", doctor.DefaultWorkers, "workers that will share the run (GPU hosts); MaxAckPending must cover workers x window")
 	window := addWindowFlag(fs)
+	fs.IntVar(&window.max, "max-window", doctor.DefaultMaxWindow, "with --window auto, the workers' --max-window: MaxAckPending must cover what windows grown that far hold")
 	units := fs.String("units", "", "systemd unit file, or directory of *.service files, whose Exec commands to check (empty: skip)")
 	timeout := fs.Duration("timeout", doctor.DefaultCheckTimeout, "time limit of each check but the test completion and the prompts scan (5m)")
 	completion := fs.Duration("completion-timeout", doctor.DefaultCompletionTimeout, "time limit of the test completion (it may queue behind a busy batch)")
@@ -49,7 +50,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
-		Workers: *workers, Window: window.size, Units: *units,
+		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max, Units: *units,
 		CheckTimeout: *timeout, CompletionTimeout: *completion,
 	}
 	if err := cfg.Validate(); err != nil {
