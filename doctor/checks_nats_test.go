@@ -79,46 +79,38 @@ func TestManifestOfAnotherRun(t *testing.T) {
 	expect(t, rep, "model", doctor.Skip, "no run manifest to compare with")
 }
 
-func TestMaxAckPendingTooSmall(t *testing.T) {
+// MaxAckPending against the workers' windows: below workers x window
+// fails; a worker holds up to two prompts per slot (one generating, one
+// being stored), so room for the windows alone warns; with --window auto
+// the consumer must also hold what windows grown to --max-window hold.
+func TestMaxAckPending(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	queueRun(t, b.js, "small", 64, provision.Options{MaxAckPending: 100})
-	cfg := b.cfg
-	cfg.Run, cfg.Workers, cfg.Window = "small", 2, 200
-	rep := run(t, cfg)
-	expect(t, rep, "consumer", doctor.Fail,
-		"MaxAckPending 100 < 2 workers x 200 window = 400",
-		"fix:nats consumer edit AERIE_PROMPTS workers-small --max-pending 800")
-}
-
-// A worker holds up to two prompts per slot (one generating, one being
-// stored): room for the windows alone is a warning, not a pass.
-func TestMaxAckPendingOnlyForTheWindows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	queueRun(t, b.js, "snug", 64, provision.Options{MaxAckPending: 600})
-	cfg := b.cfg
-	cfg.Run, cfg.Workers, cfg.Window = "snug", 2, 200
-	rep := run(t, cfg)
-	expect(t, rep, "consumer", doctor.Warn,
-		"MaxAckPending 600 < 2 prompts per slot x 2 workers x 200 window = 800: slots wait while results are stored",
-		"fix:nats consumer edit AERIE_PROMPTS workers-snug --max-pending 800")
-}
-
-// With --window auto the consumer must also hold what windows grown to
-// --max-window hold: 2 workers x 2 x 1024 = 4096 above 3000 warns; a
-// --max-window of 512 fits.
-func TestMaxAckPendingForAutoWindows(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	queueRun(t, b.js, "auto", 64, provision.Options{MaxAckPending: 3000})
-	cfg := b.cfg
-	cfg.Run, cfg.Workers, cfg.Window, cfg.AutoWindow = "auto", 2, 200, true
-	expect(t, run(t, cfg), "consumer", doctor.Warn,
-		"MaxAckPending 3000 < 2 prompts per slot x 2 workers x 1024 max window = 4096",
-		"fix:nats consumer edit AERIE_PROMPTS workers-auto --max-pending 4096")
-	cfg.MaxWindow = 512
-	expect(t, run(t, cfg), "consumer", doctor.Pass, "MaxAckPending 3000 >= 2 prompts per slot x 2 workers x 512 max window")
+	for _, tc := range []struct {
+		run           string
+		maxAckPending int
+		auto          bool
+		maxWindow     int
+		status        doctor.Status
+		want          []string
+	}{
+		{"small", 100, false, 0, doctor.Fail, []string{
+			"MaxAckPending 100 < 2 workers x 200 window = 400",
+			"fix:nats consumer edit AERIE_PROMPTS workers-small --max-pending 800"}},
+		{"snug", 600, false, 0, doctor.Warn, []string{
+			"MaxAckPending 600 < 2 prompts per slot x 2 workers x 200 window = 800: slots wait while results are stored",
+			"fix:nats consumer edit AERIE_PROMPTS workers-snug --max-pending 800"}},
+		{"auto", 3000, true, 0, doctor.Warn, []string{
+			"MaxAckPending 3000 < 2 prompts per slot x 2 workers x 1024 max window = 4096",
+			"fix:nats consumer edit AERIE_PROMPTS workers-auto --max-pending 4096"}},
+		{"auto512", 3000, true, 512, doctor.Pass, []string{
+			"MaxAckPending 3000 >= 2 prompts per slot x 2 workers x 512 max window"}},
+	} {
+		queueRun(t, b.js, tc.run, 64, provision.Options{MaxAckPending: tc.maxAckPending})
+		cfg := b.cfg
+		cfg.Run, cfg.Workers, cfg.Window, cfg.AutoWindow, cfg.MaxWindow = tc.run, 2, 200, tc.auto, tc.maxWindow
+		expect(t, run(t, cfg), "consumer", tc.status, tc.want...)
+	}
 }
 
 func TestAckWaitTooShortAndUnlimitedDeliveries(t *testing.T) {

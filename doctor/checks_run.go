@@ -48,6 +48,11 @@ func joinFindings(fs []finding) string {
 	return strings.Join(texts, ", ")
 }
 
+// promptsPerSlot is how many prompts a worker holds per slot of its
+// window: one generating and one whose result is being stored (the
+// worker's heldPerSlot).
+const promptsPerSlot = 2
+
 // checkConsumer looks at the run's workers consumer, if it exists yet:
 // its AckWait against the workers' progress acks, its MaxAckPending
 // against workers x window (and twice that, what they may hold), its
@@ -92,27 +97,25 @@ func checkConsumer(ctx context.Context, s *session) Result {
 	}
 
 	need := s.cfg.Workers * s.cfg.Window
+	grown := promptsPerSlot * s.cfg.Workers * s.cfg.MaxWindow // with --window auto
 	demand := fmt.Sprintf("%s x %d window = %d", plural(s.cfg.Workers, "worker"), s.cfg.Window, need)
 	switch {
 	case cfg.MaxAckPending < 0:
 		add(Pass, "", "MaxAckPending unlimited")
 	case cfg.MaxAckPending < need:
-		add(Fail, fmt.Sprintf("--max-pending %d", 2*need),
+		add(Fail, fmt.Sprintf("--max-pending %d", promptsPerSlot*need),
 			"MaxAckPending %d < %s: workers would sit with free slots",
 			cfg.MaxAckPending, demand)
-	case cfg.MaxAckPending < 2*need:
-		// A worker holds up to two prompts per slot: one generating, one
-		// whose result is being stored (see worker's heldPerSlot).
-		add(Warn, fmt.Sprintf("--max-pending %d", 2*need),
-			"MaxAckPending %d < 2 prompts per slot x %s x %d window = %d: slots wait while results are stored",
-			cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.Window, 2*need)
-	case s.cfg.AutoWindow && cfg.MaxAckPending < 2*s.cfg.Workers*s.cfg.MaxWindow:
-		grown := 2 * s.cfg.Workers * s.cfg.MaxWindow
+	case cfg.MaxAckPending < promptsPerSlot*need:
+		add(Warn, fmt.Sprintf("--max-pending %d", promptsPerSlot*need),
+			"MaxAckPending %d < %d prompts per slot x %s x %d window = %d: slots wait while results are stored",
+			cfg.MaxAckPending, promptsPerSlot, plural(s.cfg.Workers, "worker"), s.cfg.Window, promptsPerSlot*need)
+	case s.cfg.AutoWindow && cfg.MaxAckPending < grown:
 		add(Warn, fmt.Sprintf("--max-pending %d", grown),
-			"MaxAckPending %d < 2 prompts per slot x %s x %d max window = %d: automatic windows grown that far would find the consumer full (workers say so if they do), or lower --max-window",
-			cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow, grown)
+			"MaxAckPending %d < %d prompts per slot x %s x %d max window = %d: automatic windows grown that far would find the consumer full (workers say so if they do), or lower --max-window",
+			cfg.MaxAckPending, promptsPerSlot, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow, grown)
 	case s.cfg.AutoWindow:
-		add(Pass, "", "MaxAckPending %d >= 2 prompts per slot x %s x %d max window", cfg.MaxAckPending, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow)
+		add(Pass, "", "MaxAckPending %d >= %d prompts per slot x %s x %d max window", cfg.MaxAckPending, promptsPerSlot, plural(s.cfg.Workers, "worker"), s.cfg.MaxWindow)
 	default:
 		add(Pass, "", "MaxAckPending %d >= %s", cfg.MaxAckPending, demand)
 	}

@@ -64,9 +64,6 @@ func (s *seenIDs) put(key [16]byte, e seenID) {
 	s.place(len(s.recs) - 1)
 }
 
-// len is the number of ids recorded.
-func (s *seenIDs) len() int { return len(s.recs) }
-
 // each calls f with every id's record, in the order they were put.
 func (s *seenIDs) each(f func(seenID)) {
 	for i := range s.recs {

@@ -45,8 +45,8 @@ func TestSeenIDsMatchesMap(t *testing.T) {
 					t.Fatalf("after %d puts, id %d: %+v %v, want %+v", i+1, j, got, ok, want[key(j)])
 				}
 			}
-			if s.len() != len(want) {
-				t.Fatalf("%d ids, want %d", s.len(), len(want))
+			if len(s.recs) != len(want) {
+				t.Fatalf("%d ids, want %d", len(s.recs), len(want))
 			}
 			for k, e := range want {
 				if got, ok := s.get(k); !ok || got != e {
@@ -69,7 +69,7 @@ func TestSeenIDsMatchesMap(t *testing.T) {
 		})
 	}
 	var empty seenIDs
-	if _, ok := empty.get(tokenOf("x")); ok || empty.len() != 0 {
+	if _, ok := empty.get(tokenOf("x")); ok || len(empty.recs) != 0 {
 		t.Fatal("the zero value is not empty")
 	}
 }

@@ -31,7 +31,7 @@ func TestFullConsumerIsReported(t *testing.T) {
 	w, _ := b.start(t, worker.Config{Name: "b", Window: 4, Heartbeat: 20 * time.Millisecond, Logger: logger(&logsB)}, url)
 
 	heartbeats := b.heartbeats(t)
-	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().AckPendingFull }, "worker b finds the consumer full")
+	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().ConsumerFull }, "worker b finds the consumer full")
 	brokertest.Eventually(t, 10*time.Second, func() bool { hb := heartbeats.of("b"); return hb != nil && hb.ConsumerFull }, "worker b's heartbeats to say the consumer is full")
 	if in, _ := f.snapshot(); in != 4 {
 		t.Fatalf("%d requests at the backend, want 4: MaxAckPending lets no more out", in)
@@ -42,13 +42,13 @@ func TestFullConsumerIsReported(t *testing.T) {
 			t.Errorf("worker b's warning lacks %q:\n%s", want, warned)
 		}
 	}
-	if a.Stats().AckPendingFull || strings.Contains(logsA.String(), "consumer is full") {
+	if a.Stats().ConsumerFull || strings.Contains(logsA.String(), "consumer is full") {
 		t.Errorf("worker a, without a free slot, reported a full consumer:\n%s", logsA.String())
 	}
 
 	close(f.hold)
 	b.waitSettled(t, 60*time.Second)
-	brokertest.Eventually(t, 20*time.Second, func() bool { return !w.Stats().AckPendingFull }, "worker b sees room again")
+	brokertest.Eventually(t, 20*time.Second, func() bool { return !w.Stats().ConsumerFull }, "worker b sees room again")
 	brokertest.Eventually(t, 10*time.Second, func() bool { hb := heartbeats.of("b"); return hb != nil && !hb.ConsumerFull }, "worker b's heartbeats to say there is room")
 	logs := logsB.String()
 	if c := strings.Count(logs, "consumer is full"); c != 1 {

@@ -36,7 +36,7 @@ func (w *Worker) heartbeat() schema.Heartbeat {
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
 		InterimTurns: int(w.interimTurns.Load()), TailHold: w.tailHold.Load(),
-		ConsumerFull: w.ackFull.Load(),
+		ConsumerFull: w.consumerFull.Load(),
 	}
 	w.inFlight.Range(func(_, v any) bool {
 		hb.InFlightTokens = append(hb.InFlightTokens, int(v.(*flight).tokens.Load()))

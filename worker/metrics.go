@@ -175,7 +175,7 @@ type stateCollector struct {
 	w                                    *Worker
 	inFlight, generating, window, tokens *prometheus.Desc
 	breakerOpen, pausedSeconds           *prometheus.Desc
-	tailHold, ackFull                    *prometheus.Desc
+	tailHold, consumerFull               *prometheus.Desc
 }
 
 func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
@@ -189,12 +189,12 @@ func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
 		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
 		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
-		ackFull:       desc("aerie_worker_consumer_full", "1 from when the run's consumer is found with as many prompts delivered and unsettled as its MaxAckPending, prompts waiting and this worker's slots free (no worker gets more until some are settled), until it is seen with room; 0 otherwise."),
+		consumerFull:  desc("aerie_worker_consumer_full", "1 from when the run's consumer is found with as many prompts delivered and unsettled as its MaxAckPending, prompts waiting and this worker's slots free (no worker gets more until some are settled), until it is seen with room; 0 otherwise."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.ackFull} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.consumerFull} {
 		ch <- d
 	}
 }
@@ -214,7 +214,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.breakerOpen, boolValue(open))
 	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())
 	gauge(c.tailHold, boolValue(w.tailHold.Load()))
-	gauge(c.ackFull, boolValue(w.ackFull.Load()))
+	gauge(c.consumerFull, boolValue(w.consumerFull.Load()))
 }
 
 func boolValue(b bool) float64 {

@@ -73,9 +73,9 @@ type Worker struct {
 	latency   latencyMean
 	tailHold  atomic.Bool
 	tailHolds atomic.Int64
-	// ackFull is set while the run's consumer has been found full with
+	// consumerFull is set while the run's consumer has been found full with
 	// prompts waiting and this worker's slots free (ackroom.go).
-	ackFull atomic.Bool
+	consumerFull atomic.Bool
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -166,11 +166,11 @@ type Stats struct {
 	// TailHolds counts the times the worker began to hold back, near the
 	// end of the run, from prompts the other workers would finish sooner.
 	TailHolds int64
-	// AckPendingFull is true while the run's consumer is full (its
+	// ConsumerFull is true while the run's consumer is full (its
 	// MaxAckPending reached) with prompts waiting and this worker's slots
 	// free: see ackroom.go.
-	AckPendingFull bool
-	Paused         time.Duration
+	ConsumerFull bool
+	Paused       time.Duration
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
@@ -196,7 +196,7 @@ func (w *Worker) Stats() Stats {
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
 		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), TailHolds: w.tailHolds.Load(), Paused: w.breaker.pausedFor(),
-		AckPendingFull: w.ackFull.Load(),
+		ConsumerFull:   w.consumerFull.Load(),
 		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
 }
