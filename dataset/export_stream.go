@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,8 +22,9 @@ type Streams struct {
 	Undecodable int
 }
 
-// Completions reads the run's results.
-func (s *Streams) Completions(ctx context.Context, fn func(*CompletionLine) error) error {
+// Completions reads the run's results, each as the line the aggregator
+// would write for it.
+func (s *Streams) Completions(ctx context.Context, fn func([]byte) error) error {
 	return s.read(ctx, schema.ResultsStream, schema.ResultsRoot, func(m jetstream.Msg) error {
 		if schema.CheckSchemaHeader(schema.KindResult, m.Headers().Get(schema.HeaderSchema)) != nil {
 			s.Undecodable++
@@ -34,7 +36,11 @@ func (s *Streams) Completions(ctx context.Context, fn func(*CompletionLine) erro
 			return nil
 		}
 		l := NewCompletionLine(r)
-		return fn(&l)
+		line, err := json.Marshal(&l)
+		if err != nil {
+			return fmt.Errorf("result %s: %w", r.ID, err)
+		}
+		return fn(line)
 	})
 }
 
@@ -106,4 +112,17 @@ func (s *Streams) read(ctx context.Context, stream, root string, fn func(jetstre
 			return nil
 		}
 	}
+}
+
+// Manifest reads the run's manifest from its bucket.
+func (s *Streams) Manifest(ctx context.Context) (*schema.Manifest, error) {
+	kv, err := s.JS.KeyValue(ctx, schema.RunsBucket)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, s.Run)
+	if err != nil {
+		return nil, err
+	}
+	return schema.DecodeManifest(e.Value())
 }

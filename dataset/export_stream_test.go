@@ -110,7 +110,7 @@ func TestExportFromStream(t *testing.T) {
 	for _, opts := range []dataset.ExportOptions{
 		{Format: dataset.FormatSpecForge}, {Format: dataset.FormatShareGPT}, {Format: dataset.FormatOpenAIBatch},
 		{Format: dataset.FormatText, ChatTemplate: tmpl}, {Format: dataset.FormatSpeculators},
-		{Format: dataset.FormatOpenAIBatch, IncludeTruncated: true},
+		{Format: dataset.FormatOpenAIBatch, Drop: []string{}},
 	} {
 		want, wantSum, err := export(t, dataset.Files("testdata/run"), opts)
 		if err != nil {
@@ -124,14 +124,14 @@ func TestExportFromStream(t *testing.T) {
 		if !slices.Equal(sortedLines(got), sortedLines(want)) {
 			t.Errorf("%s from the streams:\n%s\nfrom the files:\n%s", opts.Format, got, want)
 		}
-		if sum.Written != wantSum.Written || streams.Undecodable != 1 {
-			t.Errorf("%s: %d written (files: %d), %d undecodable", opts.Format, sum.Written, wantSum.Written, streams.Undecodable)
+		if sum.RowsWritten != wantSum.RowsWritten || streams.Undecodable != 1 {
+			t.Errorf("%s: %d written (files: %d), %d undecodable", opts.Format, sum.RowsWritten, wantSum.RowsWritten, streams.Undecodable)
 		}
 	}
 
 	// A run with nothing stored exports nothing, without waiting.
 	got, sum, err := export(t, &dataset.Streams{JS: js, Run: "empty"}, dataset.ExportOptions{Format: dataset.FormatOpenAIBatch})
-	if err != nil || got != "" || sum.Written != 0 {
+	if err != nil || got != "" || sum.RowsWritten != 0 {
 		t.Errorf("empty run: %q, %+v, %v", got, sum, err)
 	}
 }

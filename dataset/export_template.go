@@ -127,19 +127,3 @@ func (c *ChatTemplate) Render(messages []any) (text string, err error) {
 		"eos_token":             c.eos,
 	})
 }
-
-// templateMessages is the line's conversation as a chat template reads
-// it: every assistant turn with its reasoning as reasoning_content (empty
-// when it had none), the field chat templates of reasoning models read.
-func templateMessages(l *CompletionLine) []any {
-	conv := conversation(l)
-	out := make([]any, len(conv))
-	for i, t := range conv {
-		m := map[string]any{"role": t.role, "content": t.content}
-		if t.role == "assistant" {
-			m["reasoning_content"] = t.reasoning
-		}
-		out[i] = m
-	}
-	return out
-}

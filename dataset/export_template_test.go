@@ -27,8 +27,8 @@ func TestTextReasoningLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sum.Written != 4 || sum.ReasoningLost != c.lost {
-			t.Errorf("%s: %d written, %d lost the reasoning; want 4 and %d\n%s", c.name, sum.Written, sum.ReasoningLost, c.lost, got)
+		if sum.RowsWritten != 4 || sum.ReasoningLost != c.lost {
+			t.Errorf("%s: %d written, %d lost the reasoning; want 4 and %d\n%s", c.name, sum.RowsWritten, sum.ReasoningLost, c.lost, got)
 		}
 	}
 }
@@ -81,7 +81,7 @@ func TestTextTemplateError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Written != 3 || sum.LeftOut[dataset.LeftOutTemplateError] != 1 || !strings.Contains(sum.TemplateError, "no system role") {
+	if sum.RowsWritten != 3 || sum.Dropped[dataset.DroppedTemplateError] != 1 || !strings.Contains(sum.TemplateError, "no system role") {
 		t.Errorf("summary %+v", sum)
 	}
 }

@@ -61,12 +61,12 @@ func TestExportFormats(t *testing.T) {
 		written int
 		leftOut map[string]int
 	}{
-		{"specforge.jsonl", dataset.ExportOptions{Format: dataset.FormatSpecForge}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
-		{"sharegpt.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
-		{"sharegpt-tags.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT, ThinkOpen: "<reasoning>", ThinkClose: "</reasoning>"}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
-		{"openai-batch.jsonl", dataset.ExportOptions{Format: dataset.FormatOpenAIBatch}, 6, map[string]int{dataset.LeftOutTruncated: 1}},
-		{"text.jsonl", dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl}, 4, map[string]int{dataset.LeftOutTruncated: 1}},
-		{"speculators.jsonl", dataset.ExportOptions{Format: dataset.FormatSpeculators}, 3, map[string]int{dataset.LeftOutTruncated: 1, dataset.LeftOutNoTokenIDs: 1}},
+		{"specforge.jsonl", dataset.ExportOptions{Format: dataset.FormatSpecForge}, 4, map[string]int{dataset.DropTruncated: 1}},
+		{"sharegpt.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT}, 4, map[string]int{dataset.DropTruncated: 1}},
+		{"sharegpt-tags.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT, ThinkOpen: "<reasoning>", ThinkClose: "</reasoning>"}, 4, map[string]int{dataset.DropTruncated: 1}},
+		{"openai-batch.jsonl", dataset.ExportOptions{Format: dataset.FormatOpenAIBatch}, 7, map[string]int{}},
+		{"text.jsonl", dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl}, 4, map[string]int{dataset.DropTruncated: 1}},
+		{"speculators.jsonl", dataset.ExportOptions{Format: dataset.FormatSpeculators}, 3, map[string]int{dataset.DropTruncated: 1, dataset.DroppedNoTokenIDs: 2}},
 	}
 	for _, c := range cases {
 		got, sum, err := export(t, dataset.Files("testdata/run"), c.opts)
@@ -86,12 +86,12 @@ func TestExportFormats(t *testing.T) {
 		if got != string(b) {
 			t.Errorf("%s: got\n%s\nwant\n%s", c.file, got, b)
 		}
-		if sum.Written != c.written || len(sum.LeftOut) != len(c.leftOut) {
+		if sum.RowsWritten != c.written || len(sum.Dropped) != len(c.leftOut) {
 			t.Errorf("%s: summary %+v, want %d written, left out %v", c.file, sum, c.written, c.leftOut)
 		}
 		for r, n := range c.leftOut {
-			if sum.LeftOut[r] != n {
-				t.Errorf("%s: %d left out as %s, want %d", c.file, sum.LeftOut[r], r, n)
+			if sum.Dropped[r] != n {
+				t.Errorf("%s: %d left out as %s, want %d", c.file, sum.Dropped[r], r, n)
 			}
 		}
 		for i, line := range strings.Split(strings.TrimSuffix(got, "\n"), "\n") {
@@ -102,21 +102,21 @@ func TestExportFormats(t *testing.T) {
 	}
 }
 
-// --include-truncated keeps the answer cut at max_tokens, and the summary
-// says none was left out.
-func TestIncludeTruncated(t *testing.T) {
-	got, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge, IncludeTruncated: true})
+// --drop none keeps the answer cut at max_tokens, and the summary says
+// none was dropped; by default the trainer formats drop it and say so.
+func TestDropNone(t *testing.T) {
+	got, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Written != 5 || len(sum.LeftOut) != 0 || !strings.Contains(got, `"id":"long-4"`) {
+	if sum.RowsWritten != 5 || len(sum.Dropped) != 0 || !strings.Contains(got, `"id":"long-4"`) {
 		t.Errorf("summary %+v, output:\n%s", sum, got)
 	}
-	if !strings.Contains(sum.String(), "5 lines written") || !strings.Contains(sum.String(), "none left out") {
+	if !strings.Contains(sum.String(), "5 rows written") || !strings.Contains(sum.String(), "none dropped") {
 		t.Errorf("summary reads %q", sum)
 	}
 	_, sum, _ = export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge})
-	if s := sum.String(); !strings.Contains(s, "1 left out: 1 truncated") || !strings.Contains(s, "--include-truncated") {
+	if s := sum.String(); !strings.Contains(s, "1 dropped: 1 truncated") || !strings.Contains(s, "--drop truncated,empty") {
 		t.Errorf("summary reads %q", s)
 	}
 }
