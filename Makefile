@@ -47,8 +47,22 @@ RUN_PROMPTS := $(DATA)/prompts-$(PROMPTS)-turns3.jsonl
 RUN_TURNS   := --turns $(TURNS)
 endif
 
+# TOKEN_IDS=1 asks for token ids (--return-token-ids), which the
+# speculators export is made of, under the run name <RUN>-ids.
+ifeq ($(TOKEN_IDS),1)
+RUN_IDS  := --return-token-ids
+RUN_NAME := $(RUN)-ids
+else
+RUN_IDS  :=
+RUN_NAME := $(RUN)
+endif
+
 run: build $(RUN_PROMPTS)
-	$(BIN) run --run $(RUN) --prompts $(RUN_PROMPTS) --data-dir $(DATA) --sim-speed $(SPEED)$(if $(RUN_TURNS), $(RUN_TURNS))
+	$(BIN) run --run $(RUN_NAME) --prompts $(RUN_PROMPTS) --data-dir $(DATA) --sim-speed $(SPEED)$(if $(RUN_TURNS), $(RUN_TURNS))$(if $(RUN_IDS), $(RUN_IDS))
+	@echo
+	@echo "Export for a trainer (these are simulated answers, hence --allow-simulated):"
+	@echo "  SpecForge:   $(BIN) export --run $(RUN_NAME) --data-dir $(DATA) --format specforge --allow-simulated --out $(DATA)/$(RUN_NAME)-specforge.jsonl"
+	@echo "  speculators: $(BIN) export --run $(RUN_NAME) --data-dir $(DATA) --format speculators --allow-simulated --out $(DATA)/$(RUN_NAME)-speculators.jsonl$(if $(RUN_IDS),, (needs token ids: make run TOKEN_IDS=1))"
 
 # staticcheck is pinned in go.mod (tool directive), so every machine runs
 # the same version.

@@ -146,7 +146,7 @@ func (s Summary) String() string {
 		b.WriteString("\n")
 	}
 	if s.Simulated > 0 {
-		fmt.Fprintf(&b, "  SIMULATED: %d rows are answers of aerie's built-in simulator, not of a model\n", s.Simulated)
+		fmt.Fprintf(&b, "  SIMULATED: %d of the lines read are answers of aerie's built-in simulator, not of a model\n", s.Simulated)
 	}
 	for _, st := range s.Settings {
 		fmt.Fprintf(&b, "  %s setting: %s = %s (%s)\n", st.Consumer, st.Name, st.Value, st.Why)
@@ -411,7 +411,7 @@ func advise(s *Summary, opts ExportOptions) {
 			Command{"SpecForge", fmt.Sprintf("specforge train -c RECIPE.yaml data.prompts_path=%s data.max_length=%d", out, length)})
 	}
 	if s.Simulated > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%d rows are answers of aerie's built-in simulator (--allow-simulated): rehearsal data, not for training a drafter", s.Simulated))
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d lines are answers of aerie's built-in simulator (--allow-simulated): rehearsal data, not for training a drafter", s.Simulated))
 	}
 	if s.NonTargetRows > 0 && opts.Format != FormatOpenAIBatch {
 		w := fmt.Sprintf("%d rows hold assistant turns from the prompts file, not from the target: ", s.NonTargetRows)

@@ -100,12 +100,43 @@ func TestExportCommand(t *testing.T) {
 	}
 	out := filepath.Join(dir, "sf.jsonl")
 	p = aerie(t, bin, "export", "--run", "demo", "--data-dir", dir, "--format", "specforge", "--out", out)
-	if code := p.exit(t, time.Minute); code != 0 || !strings.Contains(p.stderr.String(), "1 line written") || !strings.Contains(p.stderr.String(), "1 truncated") {
+	if code := p.exit(t, time.Minute); code != 0 || !strings.Contains(p.stderr.String(), "1 row written") || !strings.Contains(p.stderr.String(), "1 truncated") {
 		t.Errorf("aerie export: exit %d\n%s", code, p.stderr.String())
 	}
-	want := `{"id":"p1","conversations":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello","reasoning_content":"r"}]}` + "\n"
+	want := `{"id":"p1","conversations":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello","reasoning_content":"r"}],"status":"success"}` + "\n"
 	if b, _ := os.ReadFile(out); string(b) != want {
 		t.Errorf("wrote %q, want %q", b, want)
+	}
+	if b, err := os.ReadFile(out + ".export.json"); err != nil || !strings.Contains(string(b), `"rows_written": 1`) {
+		t.Errorf("summary beside the output: %v\n%s", err, b)
+	}
+
+	// Bad input: a clear error, and nothing written.
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--format", "specforge", "--out", filepath.Join(dir, "a.jsonl"), "--drop", "truncated,long"}, `--drop "long": not a filter; use any of truncated,empty,reasoning-only,no-reasoning,non-target-turns`},
+		{[]string{"--format", "specforge", "--out", filepath.Join(dir, "b.jsonl"), "--max-length", "0"}, "--max-length 0: the trainer's sequence length in tokens, from 1"},
+		{[]string{"--format", "parquet", "--out", notDir}, "is a file: format parquet writes a directory"},
+		{[]string{"--format", "speculators", "--out", filepath.Join(dir, "c.jsonl")}, "produce the run with --return-token-ids"},
+	} {
+		p = aerie(t, bin, append([]string{"export", "--run", "demo", "--data-dir", dir}, c.args...)...)
+		if code := p.exit(t, time.Minute); code != 1 || !strings.Contains(p.stderr.String(), c.says) {
+			t.Errorf("%v: exit %d, want 1 saying %q:\n%s", c.args, code, c.says, p.stderr.String())
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "demo file sf.jsonl sf.jsonl.export.json" {
+		t.Errorf("left behind: %v", names)
 	}
 	p = aerie(t, bin, "export", "--run", "demo", "--data-dir", dir, "--format", "alpaca", "--out", out)
 	if code := p.exit(t, time.Minute); code != 1 || !strings.Contains(p.stderr.String(), "sharegpt") {
