@@ -279,6 +279,7 @@ func (j *jsonlSink) appendText(b []byte, r *exportRow) ([]byte, error) {
 	b = appendQuoted(b, text)
 	return append(b, '}'), nil
 }
+
 // The OpenAI Batch output shapes, fields in the order of OpenAI's own
 // example lines.
 type batchLineJSON struct {
@@ -312,7 +313,7 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string `json:"role"`
+	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 	// Reasoning is vLLM's name for the reasoning of an answer.
 	Reasoning json.RawMessage `json:"reasoning"`
@@ -393,4 +394,3 @@ func batchErrorLine(l *FailedLine, run string) batchLineJSON {
 	}
 	return batchLineJSON{ID: "batch_req_" + batchHash("batch", run, id), CustomID: id, Error: &batchError{Code: code, Message: msg}}
 }
-

@@ -128,7 +128,6 @@ func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
 	return nil
 }
 
-
 // ReadManifest reads a run's manifest.json from its output directory; a
 // missing one is nil with no error.
 func ReadManifest(dir string) (*schema.Manifest, error) {

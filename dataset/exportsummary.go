@@ -395,7 +395,7 @@ func advise(s *Summary, opts ExportOptions) {
 		}
 		s.Commands = append(s.Commands, Command{"SpecForge", validate}, Command{"SpecForge", specforgeTrain("data.train_data_path=" + out)})
 	case FormatText:
-		s.Commands = append(s.Commands, Command{"SpecForge", specforgeTrain("data.train_data_path="+out+" data.is_preformatted=true")})
+		s.Commands = append(s.Commands, Command{"SpecForge", specforgeTrain("data.train_data_path=" + out + " data.is_preformatted=true")})
 	case FormatShareGPT:
 		s.Commands = append(s.Commands, Command{"SpecForge", specforgeTrain("data.train_data_path=" + out)})
 	case FormatParquet:

@@ -32,7 +32,7 @@ func TestUmask(t *testing.T) {
 			for _, args := range [][]string{
 				{"gen-prompts", "--count", "20", "--out", prompts},
 				{"run", "--run", "m", "--prompts", prompts, "--data-dir", data, "--sim-speed", "2000", "--event-interval", "100ms"},
-				{"export", "--run", "m", "--data-dir", data, "--format", "sharegpt", "--out", out},
+				{"export", "--run", "m", "--data-dir", data, "--format", "sharegpt", "--allow-simulated", "--out", out},
 			} {
 				aerieEnv(t, bin, tc.env, append(args, tc.args...)...).wait(t, 5*time.Minute)
 			}
@@ -43,6 +43,7 @@ func TestUmask(t *testing.T) {
 				filepath.Join(data, "m", "failed.jsonl"):      tc.file,
 				filepath.Join(data, "m", "events.jsonl"):      tc.file,
 				out:                                           tc.file,
+				out + ".export.json":                          tc.file,
 			} {
 				checkMode(t, path, want)
 			}
@@ -79,7 +80,7 @@ func TestUmask(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			aerieEnv(t, bin, tc.env, append([]string{"export", "--run", "m", "--data-dir", data, "--format", "sharegpt", "--out", out}, tc.args...)...).wait(t, time.Minute)
+			aerieEnv(t, bin, tc.env, append([]string{"export", "--run", "m", "--data-dir", data, "--format", "sharegpt", "--allow-simulated", "--out", out}, tc.args...)...).wait(t, time.Minute)
 			aerieEnv(t, bin, tc.env, append([]string{"gen-prompts", "--count", "20", "--out", prompts}, tc.args...)...).wait(t, time.Minute)
 			checkMode(t, out, 0o640)
 			checkMode(t, prompts, 0o640)
