@@ -128,11 +128,16 @@ eta-study:
 # simulated servers of different size and speed, one worker each, with
 # a fixed window of 200 and with --window auto (a few minutes).
 BENCHN   ?= 3
+# BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
+# export benchmark reads (e.g. ./data/demo-25k-turns after make run
+# TURNS=all, about 700 MB); empty: 5,000 generated answers.
+BENCH_EXPORT_DIR ?=
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 	$(GO) test -run '^$$' -bench '^BenchmarkTwoBackendsMakespan$$' -benchtime 1x -timeout 20m ./worker/
+	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 # Peak RSS (VmHWM) of one worker (window 200), the aggregator and
 # the producer, each its own process, through whole runs of RSS_PROMPTS
