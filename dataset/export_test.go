@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected export files in testdata")
@@ -178,5 +179,26 @@ func TestSpeculatorsWithoutTokenIDs(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed export left %s: %v", out, err)
+	}
+}
+
+// A run that asked for token ids and has none names its backend as the
+// cause in the speculators export's error; one that did not ask names
+// the flag.
+func TestSpeculatorsWithoutTokenIDsNamesTheCause(t *testing.T) {
+	dir := t.TempDir()
+	line := `{"id":"a","sample":0,"messages":[{"role":"user","content":"q"}],"content":"x","finish_reason":"stop","turns":1,"usage":{"prompt_tokens":1,"completion_tokens":1}}` + "\n"
+	if err := os.WriteFile(filepath.Join(dir, dataset.CompletionsFile), []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, asked := range []bool{false, true} {
+		_, _, err := export(t, dataset.Files(dir), dataset.ExportOptions{Format: dataset.FormatSpeculators, Manifest: &schema.Manifest{ReturnTokenIDs: asked}})
+		want := "produce the run with --return-token-ids"
+		if asked {
+			want = "its backend did not return them (vLLM returns them from 0.10.2 on)"
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("asked %v: %v", asked, err)
+		}
 	}
 }

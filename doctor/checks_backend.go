@@ -126,6 +126,8 @@ func checkCompletion(ctx context.Context, s *session) Result {
 		params := s.manifest.Params
 		params.MaxTokens = completionMaxTokens
 		req = worker.Request(s.manifest, req.Messages, params)
+	} else {
+		req.ReturnTokenIDs = s.cfg.ReturnTokenIDs
 	}
 	comp, err := s.client.ChatStream(ctx, req, nil)
 	if err != nil {

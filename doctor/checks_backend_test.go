@@ -258,3 +258,31 @@ func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
 	rep = run(t, cfg)
 	expect(t, rep, "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
 }
+
+// Before a run has a manifest (aerie run's preflight, or doctor before
+// produce), ReturnTokenIDs makes the test completion ask for token ids,
+// and a backend that answers without them fails it.
+func TestCompletionAsksForTokenIDsBeforeTheManifest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sim := startSim(t, simulator.Config{Model: testModel})
+	target, _ := url.Parse(sim)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			delete(body, "return_token_ids") // as a server that does not know it
+			raw, _ = json.Marshal(body)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := b.cfg
+	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.Model = "not-produced", srv.URL, "", testModel
+	expect(t, run(t, cfg), "completion", doctor.Pass)
+	cfg.ReturnTokenIDs = true
+	expect(t, run(t, cfg), "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
+}

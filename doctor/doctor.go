@@ -76,6 +76,11 @@ type Config struct {
 	// manifest's model is checked and Model is not used. Empty: with no
 	// manifest the model check only lists what the backend serves.
 	Model string
+	// ReturnTokenIDs says, for a run that has no manifest yet, that it
+	// will store token ids (--return-token-ids): the test completion
+	// asks for them and fails when the backend does not return them.
+	// Once the run has a manifest, the manifest's setting is used.
+	ReturnTokenIDs bool
 	// Backend is the OpenAI-compatible base URL of the LLM server, e.g.
 	// http://127.0.0.1:8000. Empty skips the backend checks.
 	Backend string

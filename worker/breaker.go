@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -96,6 +97,9 @@ func (b *breaker) record(err error) (open bool) {
 // pauseReason says, for heartbeats and logs, why a fault paused the
 // worker and what brings it back.
 func pauseReason(f fault, err error) string {
+	if errors.Is(err, errNoTokenIDs) {
+		return err.Error()
+	}
 	if f == misconfigured {
 		return "backend refuses the run's requests: " + err.Error() +
 			" (fix the key in --api-key-file, which is re-read while paused, or serve the run's model again)"

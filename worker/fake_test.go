@@ -41,6 +41,10 @@ type fakeLLM struct {
 	// get vLLM's 401. model, when set, is the served model name
 	// (default "test-model"); a request for another gets vLLM's 404.
 	key, model atomic.Pointer[string]
+	// tokenIDs, while set, returns token ids as vLLM does with
+	// return_token_ids: the prompt's in the first chunk, each token's
+	// with it.
+	tokenIDs atomic.Bool
 
 	mu          sync.Mutex
 	inFlight    int
@@ -154,7 +158,13 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: %s\n\n", v)
 		fl.Flush()
 	}
-	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+	ids := ""
+	if f.tokenIDs.Load() {
+		ids = `,"token_ids":[7]`
+		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","prompt_token_ids":[1,2,3,4,5],"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+	} else {
+		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+	}
 	if f.streamError != nil && f.streamError(prompt, n) {
 		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}}]}`)
 		send(`{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.", "type": "BadRequestError", "param": null, "code": 400}}`)
@@ -175,10 +185,10 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		tokens++
-		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}}]}`)
+		send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"reasoning":"think "}` + ids + `}]}`)
 	}
 	tokens++
-	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"content":"answer to ` + prompt + `"},"finish_reason":"` + finish + `"}]}`)
+	send(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[{"index":0,"delta":{"content":"answer to ` + prompt + `"},"finish_reason":"` + finish + `"` + ids + `}]}`)
 	send(fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","model":"test-model","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, tokens, tokens+5))
 	send("[DONE]")
 }

@@ -31,11 +31,28 @@ const (
 	misconfigured
 )
 
+// errNoTokenIDs is the error of an answer without the token ids the run
+// asks for (return_token_ids): a backend that ignores the parameter
+// (vLLM before 0.10.2, another server) would fill the run with answers
+// that its token-id exports cannot use. It is a misconfigured backend:
+// the worker pauses and hands the prompt back, as for a model not
+// served, until a probe gets an answer with ids.
+var errNoTokenIDs = errors.New("the backend answered without the token ids the run asks for (return_token_ids): vLLM returns them from 0.10.2 on; upgrade the server, or point --backend at one that returns them")
+
+// lacksTokenIDs reports whether an answer that generated tokens came
+// without its prompt's or its own token ids.
+func lacksTokenIDs(c *openai.Completion) bool {
+	return c != nil && (len(c.PromptTokenIDs) == 0 || (len(c.TokenIDs) == 0 && c.Usage.CompletionTokens > 0))
+}
+
 // faultOf classifies err. The classes of the openai package say what to
 // do with the request; this says whose fault it was.
 func faultOf(err error) fault {
 	if err == nil {
 		return noFault
+	}
+	if errors.Is(err, errNoTokenIDs) {
+		return misconfigured
 	}
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) {

@@ -102,8 +102,31 @@ func (w *Worker) probeBackend(ctx context.Context) error {
 	if !slices.Contains(ids, w.manifest.Model) {
 		return fmt.Errorf("the backend serves %v, not the run's model %q", ids, w.manifest.Model)
 	}
+	return w.probeTokenIDs(ctx)
+}
+
+// probeTokenIDs asks, when the worker paused for answers without token
+// ids, for one short answer with them: the worker resumes only once the
+// backend returns them.
+func (w *Worker) probeTokenIDs(ctx context.Context) error {
+	if _, reason := w.breaker.isOpen(); !w.manifest.ReturnTokenIDs || reason != errNoTokenIDs.Error() {
+		return nil
+	}
+	params := w.manifest.Params
+	params.MaxTokens = probeMaxTokens
+	comp, err := w.backend.ChatStream(ctx, Request(w.manifest, []openai.Message{{Role: "user", Content: "Say OK."}}, params), func(int) {})
+	if err != nil {
+		return err
+	}
+	if lacksTokenIDs(comp) {
+		return errNoTokenIDs
+	}
 	return nil
 }
+
+// probeMaxTokens bounds the answer of a token-id probe: a few tokens
+// show whether ids come back.
+const probeMaxTokens = 8
 
 // probeLogEvery spaces the log lines of a paused worker whose probes keep
 // failing: the first failure of a pause is logged, then one a minute.

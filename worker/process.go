@@ -119,11 +119,6 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 		return nil, err
 	}
 	w.turnsGenerated.Add(1)
-	if w.manifest.ReturnTokenIDs && len(a.TokenIDs) == 0 && a.Usage.CompletionTokens > 0 {
-		w.noTokenIDs.Do(func() {
-			w.log.Warn("the backend returns no token ids although the run asks for them (return_token_ids): answers are stored without them; vLLM returns them from 0.10.2 on", "id", j.p.ID)
-		})
-	}
 	if a.Model != "" {
 		j.model = a.Model
 	}
@@ -159,6 +154,11 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 			f.tokens.Add(int64(n))
 			w.tokens.Add(int64(n))
 		})
+		if err == nil && req.ReturnTokenIDs && lacksTokenIDs(comp) {
+			// Stored without them, the answer would be useless to the
+			// run; the backend is at fault, not the prompt.
+			err = errNoTokenIDs
+		}
 		w.generating.Add(-1)
 		w.breaker.record(err)
 		w.metrics.request(comp, err)

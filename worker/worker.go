@@ -55,12 +55,10 @@ type Worker struct {
 	tokens atomic.Int64
 	// turnsGenerated counts answers generated (Stats.Turns).
 	turnsGenerated atomic.Int64
-	// noTokenIDs warns, once, that the backend ignores return_token_ids.
-	noTokenIDs   sync.Once
-	completed    atomic.Int64
-	deadLettered atomic.Int64
-	retried      atomic.Int64
-	handedBack   atomic.Int64 // prompts handed back during outages
+	completed      atomic.Int64
+	deadLettered   atomic.Int64
+	retried        atomic.Int64
+	handedBack     atomic.Int64 // prompts handed back during outages
 	// tailHandedBack counts prompts handed back at the end of a run for
 	// an idle worker (tail.go); ttfts keeps the backend's shortest time
 	// to first token, and peers the other workers' last heartbeats.

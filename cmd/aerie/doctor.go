@@ -18,6 +18,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	roleName := fs.String("role", "", "role whose credentials --nkey or --creds carry, checked against what its command needs: producer (aerie produce), worker (aerie work), aggregator (aerie aggregate) or admin (replay, reconcile, runs); default: the role that names the --nkey file (worker.nk: worker), else admin")
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
 	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
+	returnTokenIDs := fs.Bool("return-token-ids", false, "the run will store token ids: the test completion asks for them while the run has no manifest (once it has one, the manifest says)")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
 	dataDir := addDataDirFlag(fs, "", "checks that <data-dir>/<run> is writable and has room; empty: skip")
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
@@ -47,7 +48,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model,
+		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max, Units: *units,

@@ -105,7 +105,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
-				DataDir: *dataDir, Workers: *workers, Window: window.size,
+				DataDir: *dataDir, Workers: *workers, Window: window.size, ReturnTokenIDs: sf.returnTokenIDs,
 			})
 		},
 	})
