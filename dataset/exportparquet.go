@@ -40,7 +40,7 @@ func shardName(k, n int) string {
 
 // parquetFlushBytes bounds the rows held in memory before they are
 // written out as a row group: memory stays flat in the size of the run.
-const parquetFlushBytes = 32 << 20
+const parquetFlushBytes = 16 << 20
 
 // CheckParquetTarget checks that dir can take a FormatParquet export: it
 // does not exist, or is an empty directory. An export never writes over
