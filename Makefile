@@ -108,6 +108,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAny$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./inspect/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
+	$(GO) test -run '^$$' -fuzz '^FuzzExportLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./openai/
 
 # The ETA study (docs/eta.md): the simulator's engine in simulated time,

@@ -42,6 +42,9 @@ type Summary struct {
 	// with reasoning: chat templates that render reasoning on the last
 	// turn alone drop it from the earlier ones.
 	MultiTurnReasoningRows int `json:"rows_with_reasoning_on_several_turns"`
+	// EmptyContentRows counts rows with a trained turn whose content is
+	// empty: SpecForge's validator rejects them.
+	EmptyContentRows int `json:"rows_with_empty_content"`
 	// Simulated counts the lines read that came from aerie's simulator.
 	Simulated int `json:"simulated_rows"`
 	// Length is the written rows' length in tokens, as the backend
@@ -186,11 +189,15 @@ func (st *exportStats) written(r *exportRow, tk, length int, s *Summary) {
 			break
 		}
 	}
-	withReasoning := 0
+	withReasoning, emptyContent := 0, false
 	for _, t := range r.turns[first:end] {
 		if t.generated && !t.reasoningEmpty {
 			withReasoning++
 		}
+		emptyContent = emptyContent || (t.generated && t.contentEmpty)
+	}
+	if emptyContent {
+		s.EmptyContentRows++
 	}
 	if withReasoning > 0 {
 		s.ReasoningRows++
@@ -440,6 +447,9 @@ func advise(s *Summary, opts ExportOptions) {
 	}
 	if s.TokenCountMismatch > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d rows have a different number of answer token ids than their usage's completion_tokens", s.TokenCountMismatch))
+	}
+	if (opts.Format == FormatSpecForge || opts.Format == FormatParquet) && s.EmptyContentRows > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%d rows have an answer with no content (reasoning only, or nothing): SpecForge's validator rejects them (--drop reasoning-only,empty leaves them out)", s.EmptyContentRows))
 	}
 	if opts.Format == FormatSpecForge && s.ReasoningRows > 0 && s.ReasoningRows < s.RowsWritten {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d of %d rows have a trained turn without reasoning: SpecForge's validator with --expect-reasoning rejects them (--drop no-reasoning leaves them out)", s.RowsWritten-s.ReasoningRows, s.RowsWritten))
