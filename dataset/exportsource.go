@@ -1,7 +1,6 @@
 package dataset
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,38 +39,17 @@ func (dir Files) Completions(ctx context.Context, fn func([]byte) error) error {
 		return fmt.Errorf("%w (is --data-dir right, and has the run's aggregator written it? --from-stream rebuilds it from NATS)", err)
 	}
 	defer f.Close()
-	lr := NewLineReader(f, MaxLineBytes)
-	for {
-		line, ended, tooLong, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s after line %d: %w", path, lr.Line(), err)
-		}
-		if tooLong {
-			if !ended {
-				return nil
-			}
-			return fmt.Errorf("%s:%d: line longer than %d MiB: this is not an aerie output line; repair or remove it", path, lr.Line(), MaxLineBytes>>20)
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
+	return readLines(f, path, func(line []byte) error {
 		if err := ctx.Err(); err != nil {
-			return err
+			return fnErr{err}
 		}
-		err = fn(line)
+		err := fn(line)
 		var bad badLine
-		switch {
-		case errors.As(err, &bad) && !ended:
-			return nil // a torn last line
-		case errors.As(err, &bad):
-			return fmt.Errorf("%s:%d: not an aerie output line (%v): repair or remove that line", path, lr.Line(), bad.err)
-		case err != nil:
-			return err
+		if errors.As(err, &bad) {
+			return bad.err // the line's: readLines says where, or leaves out a torn last one
 		}
-	}
+		return fnErr{err}
+	})
 }
 
 // Failed reads failed.jsonl.

@@ -226,25 +226,14 @@ func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []map[string]any
 	var stripIDs bool
-	target, _ := url.Parse(sim)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			raw, _ := io.ReadAll(r.Body)
-			var body map[string]any
-			_ = json.Unmarshal(raw, &body)
-			mu.Lock()
-			bodies = append(bodies, body)
-			if stripIDs {
-				delete(body, "return_token_ids") // as a server that does not know it
-			}
-			mu.Unlock()
-			raw, _ = json.Marshal(body)
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+	srv := chatProxy(t, sim, func(body map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		bodies = append(bodies, body)
+		if stripIDs {
+			delete(body, "return_token_ids") // as a server that does not know it
 		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	})
 	cfg := b.cfg
 	cfg.Run, cfg.Backend, cfg.PromptsFile = "ids", srv.URL, ""
 	rep := run(t, cfg)
@@ -266,23 +255,36 @@ func TestCompletionAsksForTokenIDsBeforeTheManifest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sim := startSim(t, simulator.Config{Model: testModel})
-	target, _ := url.Parse(sim)
+	srv := chatProxy(t, sim, func(body map[string]any) {
+		delete(body, "return_token_ids") // as a server that does not know it
+	})
+	cfg := b.cfg
+	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.Model = "not-produced", srv.URL, "", testModel
+	expect(t, run(t, cfg), "completion", doctor.Pass)
+	cfg.ReturnTokenIDs = true
+	expect(t, run(t, cfg), "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
+}
+
+// chatProxy is a server in front of the backend at backendURL that lets
+// edit see and change the body of every chat completion request.
+func chatProxy(t *testing.T, backendURL string, edit func(body map[string]any)) *httptest.Server {
+	t.Helper()
+	target, err := url.Parse(backendURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/chat/completions" {
 			raw, _ := io.ReadAll(r.Body)
 			var body map[string]any
 			_ = json.Unmarshal(raw, &body)
-			delete(body, "return_token_ids") // as a server that does not know it
+			edit(body)
 			raw, _ = json.Marshal(body)
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
 		}
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	cfg := b.cfg
-	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.Model = "not-produced", srv.URL, "", testModel
-	expect(t, run(t, cfg), "completion", doctor.Pass)
-	cfg.ReturnTokenIDs = true
-	expect(t, run(t, cfg), "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
+	return srv
 }
