@@ -2,10 +2,17 @@ package main_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -131,5 +138,41 @@ func readLinesOf(t *testing.T, path string, fn func([]byte)) {
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// aerie run --return-token-ids against a server that answers without
+// token ids (here the simulator behind a proxy that drops the request's
+// return_token_ids, as a server that does not know it) stops at its
+// preflight, before anything is queued or stored, and says why.
+func TestRunWithoutTokenIDsStopsAtPreflight(t *testing.T) {
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	simAddr := freeAddr(t)
+	start(t, bin, "sim", "--listen", simAddr, "--speed", "500")
+	waitTCP(t, simAddr)
+	target, _ := url.Parse("http://" + simAddr)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			delete(body, "return_token_ids")
+			raw, _ = json.Marshal(body)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	prompts := filepath.Join(dir, "prompts.jsonl")
+	aerie(t, bin, "gen-prompts", "--count", "20", "--out", prompts).wait(t, time.Minute)
+	p := aerie(t, bin, "run", "--run", "noids", "--prompts", prompts, "--data-dir", filepath.Join(dir, "data"),
+		"--backend", srv.URL, "--return-token-ids")
+	if code := p.exit(t, 2*time.Minute); code == 0 || !strings.Contains(p.stderr.String(), "without the token ids the run asks for") {
+		t.Errorf("exit %d:\n%s", code, p.stderr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "data", "noids", "completions.jsonl")); err == nil && len(b) > 0 {
+		t.Errorf("answers stored: %d bytes", len(b))
 	}
 }
