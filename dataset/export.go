@@ -91,7 +91,7 @@ func NewExporter(w io.Writer, opts ExportOptions) (*Exporter, error) {
 
 func newExporter(opts ExportOptions) *Exporter {
 	e := &Exporter{opts: opts, drops: opts.drops(), dec: newRowDecoder(opts.Format == FormatSpeculators),
-		sum: newSummary(opts), stats: newExportStats()}
+		sum: newSummary(opts), stats: newExportStats(opts)}
 	if opts.Format == FormatOpenAIBatch {
 		e.done = map[schema.Unit]bool{}
 	}

@@ -262,7 +262,10 @@ func TestSpeculatorsRowPerTurn(t *testing.T) {
 // first human turn, as the original EAGLE-3 script's roles (human, gpt)
 // require; keep warns, naming the scripts that cannot read it.
 func TestShareGPTSystem(t *testing.T) {
-	lines, _ := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT, System: dataset.SystemMerge})
+	lines, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT, System: dataset.SystemMerge})
+	if sum.SystemRows != 0 || strings.Contains(strings.Join(sum.Warnings, " "), "system") {
+		t.Errorf("--system merge: %d rows said to hold a system message, warnings %q", sum.SystemRows, sum.Warnings)
+	}
 	var row struct {
 		Conversations []struct{ From, Value string } `json:"conversations"`
 	}
@@ -284,7 +287,7 @@ func TestShareGPTSystem(t *testing.T) {
 	if strings.Contains(lines[0], "helpful assistant") {
 		t.Errorf("--system drop kept it: %s", lines[0])
 	}
-	_, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT})
+	_, sum = exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT})
 	if w := strings.Join(sum.Warnings, "\n"); !strings.Contains(w, "cnets.py") || !strings.Contains(w, "--system merge") {
 		t.Errorf("keep with system rows: warnings %q", w)
 	}

@@ -166,9 +166,14 @@ func (s Summary) String() string {
 // exportStats gathers what the summary says of the rows written.
 type exportStats struct {
 	lengths histogram
+	// systemKept is false when the rows written hold no system message
+	// whatever the lines had (FormatShareGPT with --system drop or merge).
+	systemKept bool
 }
 
-func newExportStats() *exportStats { return &exportStats{} }
+func newExportStats(opts ExportOptions) *exportStats {
+	return &exportStats{systemKept: opts.Format != FormatShareGPT || opts.System == "" || opts.System == SystemKeep}
+}
 
 // written notes a row written: the conversation (tk -1) or its turn tk.
 func (st *exportStats) written(r *exportRow, tk, length int, s *Summary) {
@@ -184,7 +189,7 @@ func (st *exportStats) written(r *exportRow, tk, length int, s *Summary) {
 		s.NonTargetRows++
 	}
 	for _, t := range r.turns[:end] {
-		if t.role == "system" {
+		if t.role == "system" && st.systemKept {
 			s.SystemRows++
 			break
 		}
@@ -433,7 +438,7 @@ func advise(s *Summary, opts ExportOptions) {
 	if s.SystemRows > 0 && opts.Format == FormatShareGPT && opts.System != SystemDrop && opts.System != SystemMerge {
 		s.Warnings = append(s.Warnings, fmt.Sprintf(`%d rows hold a system message ("from": "system"): the original EAGLE-3 training script (eagle/traineagle3/cnets.py) maps only human and gpt and stops on it, and SpecForge's prepare_data.py --dataset sharegpt drops it; --system merge puts it in front of the first human turn`, s.SystemRows))
 	}
-	if s.MultiTurnReasoningRows > 0 && conversationRows {
+	if s.MultiTurnReasoningRows > 0 && conversationRows && opts.Format != FormatShareGPT {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("%d rows train reasoning on more than one turn: thinking chat templates commonly render reasoning on the last assistant turn only; the speculators export (one row per turn, exact token ids, via data.prompts_path) trains each turn's reasoning as generated", s.MultiTurnReasoningRows))
 	}
 	if s.ReasoningRows > 0 && opts.Format == FormatText && s.ReasoningLost > 0 {
