@@ -130,15 +130,18 @@ eta-study:
 # a fixed window of 200 and with --window auto (a few minutes).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
-# export benchmark reads (e.g. ./data/demo-25k-turns after make run
-# TURNS=all, about 700 MB); empty: 5,000 generated answers.
-BENCH_EXPORT_DIR ?=
+# export benchmark reads: by default that of `make run TURNS=all` (about
+# 700 MB), made first when it is missing.
+BENCH_EXPORT_DIR ?= $(DATA)/demo-25k-turns
 
-bench:
+bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 	$(GO) test -run '^$$' -bench '^BenchmarkTwoBackendsMakespan$$' -benchtime 1x -timeout 20m ./worker/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
+
+$(DATA)/demo-25k-turns/completions.jsonl:
+	$(MAKE) run TURNS=all RUN=demo-25k-turns PROMPTS=25000 DATA=$(DATA)
 
 # Peak RSS (VmHWM) of one worker (window 200), the aggregator and
 # the producer, each its own process, through whole runs of RSS_PROMPTS
