@@ -90,11 +90,13 @@ func (s *window) resizeLocked(n int) {
 
 // shrinkBy makes the window k slots smaller than the slots taken now,
 // if that is smaller than it is: as many slots as are given back next
-// are retired instead of freed (at least 1 slot stays).
+// are retired instead of freed (at least 1 slot stays). The slots taken
+// are size - free, free negative included: called again while they are
+// still taken, it does not shrink the window a second time.
 func (s *window) shrinkBy(k int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := max(1, s.size-max(s.free, 0)-k); n < s.size {
+	if n := max(1, s.size-s.free-k); n < s.size {
 		s.resizeLocked(n)
 	}
 }

@@ -286,3 +286,38 @@ func TestWindowResizeHeldCap(t *testing.T) {
 		t.Fatalf("held cap %d after resizing a window of 4 (cap 8) to 10, want 20", got)
 	}
 }
+
+// shrinkBy(k) leaves k fewer slots than are taken, however often it is
+// called while they stay taken: the tail tick calls it once a poll while
+// a pull is open, and each call used to shrink the window again (6 slots
+// taken, three calls of shrinkBy(2) gave 4, 2 and 1).
+func TestWindowShrinkByOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newWindow(6, 12)
+	if n := s.acquirePull(ctx, 6); n != 6 {
+		t.Fatalf("took %d, want 6", n)
+	}
+	for range 6 {
+		s.arrived()
+	}
+	for i := range 3 {
+		s.shrinkBy(2)
+		if c := s.capacity(); c != 4 {
+			t.Fatalf("after call %d of shrinkBy(2) with 6 taken: capacity %d, want 4", i+1, c)
+		}
+	}
+	// Slots given back are retired until 4 are taken; then a shrink
+	// counts from the 4.
+	s.release()
+	s.drop()
+	s.release()
+	s.drop()
+	s.shrinkBy(2)
+	if c := s.capacity(); c != 2 {
+		t.Fatalf("with 4 taken, shrinkBy(2) gave %d, want 2", c)
+	}
+	s.shrinkBy(10)
+	if c := s.capacity(); c != 1 {
+		t.Fatalf("shrinkBy past every slot gave %d, want 1", c)
+	}
+}
