@@ -140,5 +140,5 @@ func (w *Worker) logProbeFailure(err error, open time.Duration) {
 	}
 	w.lastProbeLog = time.Now()
 	_, reason := w.breaker.isOpen()
-	w.log.Warn("still paused: the backend is not ready", "probe", err, "paused_for", open.Round(time.Second), "reason", reason)
+	w.log.Warn("still paused: the backend failed its probe", "probe", err, "paused_for", open.Round(time.Second), "reason", reason)
 }
