@@ -317,9 +317,9 @@ func (e *Exporter) Close() (Summary, error) {
 
 func (e *Exporter) noTokenIDsError() error {
 	if m := e.opts.Manifest; m != nil && m.ReturnTokenIDs {
-		return fmt.Errorf("no answer of run %s has token ids although the run asked for them (--return-token-ids): its backend did not return them (vLLM returns them from 0.10.2 on); regenerate on such a backend, or export another format", e.opts.Run)
+		return errors.New("no answer has token ids although the run asked for them (--return-token-ids): its backend did not return them (vLLM returns them from 0.10.2 on); regenerate on such a backend, or export another format")
 	}
-	return fmt.Errorf("no answer of run %s has token ids, which format speculators is made of: produce the run with --return-token-ids (or export another format)", e.opts.Run)
+	return errors.New("no answer has token ids, which format speculators is made of: produce the run with --return-token-ids (or export another format)")
 }
 
 // Export writes every line of src to w as opts say and returns the

@@ -107,19 +107,29 @@ func TestModelGoneMidRunPauses(t *testing.T) {
 
 // A run that asks for token ids, against a backend that answers without
 // them (vLLM before 0.10.2, another server), stores nothing without
-// them: the worker pauses at the first such answer, says why in its
-// heartbeats, hands the prompt back without counting it, and resumes by
-// itself once a probe gets ids. Every stored answer then has them.
+// them: each of two workers on that backend pauses at its first such
+// answer, says why in its heartbeats, hands the prompt back without
+// counting it, and resumes by itself once a probe gets ids. Every stored
+// answer then has them.
 func TestNoTokenIDsPausesTheWorker(t *testing.T) {
 	const n = 12
 	b := setupRun(t, schema.Manifest{Run: "ids", ReturnTokenIDs: true}, n, provision.Options{})
 	f, url := newFakeLLM(t, &fakeLLM{})
 	hb := b.heartbeats(t)
-	w, _ := b.start(t, worker.Config{Window: 3, Heartbeat: 50 * time.Millisecond}, url)
+	var workers []*worker.Worker
+	for _, name := range []string{"w1", "w2"} {
+		w, _ := b.start(t, worker.Config{Name: name, Window: 3, Heartbeat: 50 * time.Millisecond}, url)
+		workers = append(workers, w)
+	}
 	brokertest.Eventually(t, 20*time.Second, func() bool {
-		h := hb.last()
-		return h != nil && h.Paused && strings.Contains(h.PausedReason, "without the token ids the run asks for")
-	}, "a heartbeat saying the worker is paused for want of token ids")
+		for _, name := range []string{"w1", "w2"} {
+			h := hb.of(name)
+			if h == nil || !h.Paused || !strings.Contains(h.PausedReason, "without the token ids the run asks for") {
+				return false
+			}
+		}
+		return true
+	}, "heartbeats of both workers saying they are paused for want of token ids")
 	if got := len(b.results(t)); got != 0 {
 		t.Errorf("%d answers stored without token ids", got)
 	}
@@ -137,8 +147,10 @@ func TestNoTokenIDsPausesTheWorker(t *testing.T) {
 	if dead := deadLetters(t, b); len(dead) != 0 {
 		t.Errorf("%d prompts dead-lettered, want none", len(dead))
 	}
-	if w.Stats().Retry != 0 {
-		t.Errorf("%d failures counted against prompts, want none", w.Stats().Retry)
+	for _, w := range workers {
+		if w.Stats().Retry != 0 {
+			t.Errorf("%d failures counted against prompts, want none", w.Stats().Retry)
+		}
 	}
 }
 
