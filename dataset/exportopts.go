@@ -152,7 +152,7 @@ func (o ExportOptions) Validate() error {
 	}
 	for _, d := range o.Drop {
 		if !slices.Contains(Filters, d) {
-			return fmt.Errorf("--drop %q: not a filter; use any of %s, comma-separated, or none", d, strings.Join(Filters, ","))
+			return unknownFilter(d)
 		}
 	}
 	switch o.Dedupe {
@@ -177,6 +177,11 @@ func (o ExportOptions) Validate() error {
 	return nil
 }
 
+// unknownFilter is the error of a --drop value that names no filter.
+func unknownFilter(f string) error {
+	return fmt.Errorf("--drop %q: not a filter; use any of %s, comma-separated, or none", f, strings.Join(Filters, ","))
+}
+
 // ParseDrop reads a --drop value: filters separated by commas, or
 // "none". An unknown filter is an error naming the known ones.
 func ParseDrop(s string) ([]string, error) {
@@ -191,7 +196,7 @@ func ParseDrop(s string) ([]string, error) {
 			continue
 		}
 		if !slices.Contains(Filters, f) {
-			return nil, fmt.Errorf("--drop %q: not a filter; use any of %s, comma-separated, or none", f, strings.Join(Filters, ","))
+			return nil, unknownFilter(f)
 		}
 		if !slices.Contains(out, f) {
 			out = append(out, f)

@@ -1,15 +1,11 @@
 package doctor_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +16,7 @@ import (
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
 func TestBackendDown(t *testing.T) {
@@ -226,7 +223,7 @@ func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []map[string]any
 	var stripIDs bool
-	srv := chatProxy(t, sim, func(body map[string]any) {
+	proxyURL := simtest.ChatProxy(t, sim, func(body map[string]any) {
 		mu.Lock()
 		defer mu.Unlock()
 		bodies = append(bodies, body)
@@ -235,7 +232,7 @@ func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
 		}
 	})
 	cfg := b.cfg
-	cfg.Run, cfg.Backend, cfg.PromptsFile = "ids", srv.URL, ""
+	cfg.Run, cfg.Backend, cfg.PromptsFile = "ids", proxyURL, ""
 	rep := run(t, cfg)
 	expect(t, rep, "completion", doctor.Pass)
 	mu.Lock()
@@ -255,36 +252,12 @@ func TestCompletionAsksForTokenIDsBeforeTheManifest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	sim := startSim(t, simulator.Config{Model: testModel})
-	srv := chatProxy(t, sim, func(body map[string]any) {
+	proxyURL := simtest.ChatProxy(t, sim, func(body map[string]any) {
 		delete(body, "return_token_ids") // as a server that does not know it
 	})
 	cfg := b.cfg
-	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.Model = "not-produced", srv.URL, "", testModel
+	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.Model = "not-produced", proxyURL, "", testModel
 	expect(t, run(t, cfg), "completion", doctor.Pass)
 	cfg.ReturnTokenIDs = true
 	expect(t, run(t, cfg), "completion", doctor.Fail, "answered without the token ids", "fix:use vLLM 0.10.2 or later")
-}
-
-// chatProxy is a server in front of the backend at backendURL that lets
-// edit see and change the body of every chat completion request.
-func chatProxy(t *testing.T, backendURL string, edit func(body map[string]any)) *httptest.Server {
-	t.Helper()
-	target, err := url.Parse(backendURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			raw, _ := io.ReadAll(r.Body)
-			var body map[string]any
-			_ = json.Unmarshal(raw, &body)
-			edit(body)
-			raw, _ = json.Marshal(body)
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv
 }

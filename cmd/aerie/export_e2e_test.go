@@ -2,19 +2,15 @@ package main_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
 // A --turns all --return-token-ids --samples 2 run on aerie's embedded
@@ -151,24 +147,13 @@ func TestRunWithoutTokenIDsStopsAtPreflight(t *testing.T) {
 	simAddr := freeAddr(t)
 	start(t, bin, "sim", "--listen", simAddr, "--speed", "500")
 	waitTCP(t, simAddr)
-	target, _ := url.Parse("http://" + simAddr)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/chat/completions" {
-			raw, _ := io.ReadAll(r.Body)
-			var body map[string]any
-			_ = json.Unmarshal(raw, &body)
-			delete(body, "return_token_ids")
-			raw, _ = json.Marshal(body)
-			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	proxyURL := simtest.ChatProxy(t, "http://"+simAddr, func(body map[string]any) {
+		delete(body, "return_token_ids") // as a server that does not know it
+	})
 	prompts := filepath.Join(dir, "prompts.jsonl")
 	aerie(t, bin, "gen-prompts", "--count", "20", "--out", prompts).wait(t, time.Minute)
 	p := aerie(t, bin, "run", "--run", "noids", "--prompts", prompts, "--data-dir", filepath.Join(dir, "data"),
-		"--backend", srv.URL, "--return-token-ids")
+		"--backend", proxyURL, "--return-token-ids")
 	if code := p.exit(t, 2*time.Minute); code == 0 || !strings.Contains(p.stderr.String(), "without the token ids the run asks for") {
 		t.Errorf("exit %d:\n%s", code, p.stderr.String())
 	}

@@ -1,10 +1,18 @@
 // Package simtest serves aerie's vLLM simulator on a loopback port for
-// tests, stopped when the test ends.
+// tests, stopped when the test ends, and proxies in front of a backend
+// that change what it is asked.
 package simtest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 
 	"github.com/aerie-dev/aerie/simulator"
@@ -33,4 +41,30 @@ func Serve(t testing.TB, cfg simulator.Config) string {
 		}
 	})
 	return "http://" + l.Addr().String()
+}
+
+// ChatProxy serves, until the test ends, a proxy in front of the backend
+// at backendURL that lets edit see and change the JSON body of every
+// chat completion request: a backend that ignores a parameter is one
+// whose proxy deletes it.
+func ChatProxy(t testing.TB, backendURL string, edit func(body map[string]any)) string {
+	t.Helper()
+	target, err := url.Parse(backendURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			raw, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(raw, &body)
+			edit(body)
+			raw, _ = json.Marshal(body)
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
