@@ -1,15 +1,5 @@
 package worker
 
-import (
-	"context"
-	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/aerie-dev/aerie/schema"
-)
-
 // The consumer's MaxAckPending bounds the prompts delivered and not yet
 // settled across all the workers of a run. A worker checks at start that
 // its own share fits, but a fleet outgrows it unseen: more workers join,
@@ -27,60 +17,44 @@ import (
 // looked at: the check costs one JetStream API request.
 const ackRoomPeriods = 5
 
-// watchAckRoom checks for a full consumer until ctx ends (see above).
-func (w *Worker) watchAckRoom(ctx context.Context, cons jetstream.Consumer) {
-	t := time.NewTicker(ackRoomPeriods * w.cfg.Heartbeat)
-	defer t.Stop()
-	streak := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		full, info := w.ackRoomFull(ctx, cons)
-		if !full {
-			streak = 0
-			if info != nil && w.consumerFull.Swap(false) {
-				w.log.Info("the run's consumer has room again: the window fills",
-					"ack_pending", info.NumAckPending, "max_ack_pending", info.Config.MaxAckPending)
-			}
-			continue
-		}
-		if streak++; streak < 2 || w.consumerFull.Swap(true) {
-			continue
-		}
-		workers, windows := w.peers.windows(time.Now(), 3*w.cfg.Heartbeat)
-		workers, windows = workers+1, windows+w.win.capacity()
-		need := heldPerSlot * windows
-		if need <= info.Config.MaxAckPending {
-			need = 2 * info.Config.MaxAckPending
-		}
-		w.log.Warn("the run's consumer is full: as many prompts as its MaxAckPending are delivered and unsettled, so no worker gets more while prompts wait and this one has free slots",
-			"consumer", info.Config.Durable, "max_ack_pending", info.Config.MaxAckPending, "ack_pending", info.NumAckPending,
-			"waiting", info.NumPending, "free_slots", w.freeSlots(),
-			"workers_heard", workers, "their_windows", windows,
-			"fix", fmt.Sprintf("nats consumer edit %s %s --max-pending %d", schema.PromptsStream, info.Config.Durable, need))
+// ackRoomPolicy looks, when lane i's consumer is due to be looked at, for
+// a full consumer (ackroom.go) and sets lp's change; it returns the new
+// streak of looks that found it full. A worker looks only while it pulls
+// with a free slot; a look that cannot be made ends the streak and
+// leaves the state.
+func ackRoomPolicy(r readings, i int, streak int, lp *lanePlan) int {
+	lr := r.lanes[i]
+	c := lr.consumer
+	if !ackRoomLooks(r, i) || c == nil {
+		return 0
 	}
+	if !(c.maxAckPending > 0 && c.ackPending >= c.maxAckPending && c.pending > 0) {
+		if lr.consumerFull {
+			lp.full, lp.consumer = fullClear, c
+		}
+		return 0
+	}
+	if streak++; streak < 2 || lr.consumerFull {
+		return streak
+	}
+	lp.full, lp.consumer = fullSet, c
+	lp.workers, lp.windows = lr.peerWorkers+1, lr.peerWindows+r.size
+	lp.need = heldPerSlot * lp.windows
+	if lp.need <= c.maxAckPending {
+		lp.need = 2 * c.maxAckPending
+	}
+	return streak
 }
 
-// freeSlots is the window's slots with no request generating.
-func (w *Worker) freeSlots() int { return w.win.capacity() - int(w.generating.Load()) }
+// ackRoomLooks reports whether the worker looks at lane i's consumer for
+// room: it pulls from the run and has a free slot.
+func ackRoomLooks(r readings, i int) bool {
+	return !r.paused && !r.lanes[i].tailHold && r.size-r.generating > 0
+}
 
-// ackRoomFull reports whether this worker, pulling with a free slot,
-// finds the consumer full while prompts wait. info is nil when the
-// worker did not look (no free slot, paused, holding back for the tail)
-// or could not.
-func (w *Worker) ackRoomFull(ctx context.Context, cons jetstream.Consumer) (bool, *jetstream.ConsumerInfo) {
-	if open, _ := w.breaker.isOpen(); open || w.paused.Load() != nil || w.tailHold.Load() || w.freeSlots() <= 0 {
-		return false, nil
-	}
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	info, err := cons.Info(ictx)
-	if err != nil {
-		return false, nil
-	}
-	limit := info.Config.MaxAckPending
-	return limit > 0 && info.NumAckPending >= limit && info.NumPending > 0, info
+// wantsConsumer reports whether observe reads lane i's consumer: the
+// tail policy needs it, or the consumers are due to be looked at for
+// room and this worker looks.
+func wantsConsumer(p policy, r *readings, i int, m *memory) bool {
+	return tailNeedsConsumer(p, *r, i) || !r.now.Before(m.nextAck) && ackRoomLooks(*r, i)
 }

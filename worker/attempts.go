@@ -16,8 +16,8 @@ import (
 // bucket, not in JetStream's delivery count, because deliveries also count
 // hand-backs during outages and crashed workers, which are not the
 // prompt's fault.
-func (w *Worker) countFailure(ctx context.Context, u schema.Unit) (int, error) {
-	key := schema.AttemptsKey(w.cfg.Run, u)
+func (w *Worker) countFailure(ctx context.Context, run string, u schema.Unit) (int, error) {
+	key := schema.AttemptsKey(run, u)
 	promptID := u.ID
 	for range 10 {
 		e, err := w.attempts.Get(ctx, key)

@@ -21,6 +21,8 @@ type delivery struct {
 	// seq is the prompt message's stream sequence.
 	seq      uint64
 	progress *progressAcks
+	// lane is the run the prompt belongs to.
+	lane *lane
 }
 
 // progressAcks tells JetStream every AckWait/3 that a message is still
@@ -32,8 +34,8 @@ type progressAcks struct {
 }
 
 // startProgress sends progress acks for msg until stop is called.
-func (w *Worker) startProgress(msg jetstream.Msg) *progressAcks {
-	every := w.ackWait / 3
+func (w *Worker) startProgress(l *lane, msg jetstream.Msg) *progressAcks {
+	every := l.ackWait / 3
 	if every <= 0 {
 		every = 10 * time.Second
 	}
@@ -48,7 +50,7 @@ func (w *Worker) startProgress(msg jetstream.Msg) *progressAcks {
 				return
 			case <-t.C:
 				if err := msg.InProgress(); err != nil {
-					w.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
+					l.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
 				}
 			}
 		}

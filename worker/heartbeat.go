@@ -16,27 +16,28 @@ import (
 func (w *Worker) heartbeats(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Heartbeat)
 	defer t.Stop()
-	w.publishHeartbeat()
+	w.publishHeartbeats()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.publishHeartbeat()
+			w.publishHeartbeats()
 		}
 	}
 }
 
-func (w *Worker) heartbeat() schema.Heartbeat {
+// heartbeat is the worker's heartbeat for l's run.
+func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 	held, _ := w.win.holding()
 	hb := schema.Heartbeat{
-		Run: w.cfg.Run, Worker: w.cfg.Name, Time: time.Now().UTC(),
+		Run: l.run, Worker: w.cfg.Name, Time: time.Now().UTC(),
 		Host: w.host, Backend: w.backendURL,
 		Window: w.win.capacity(), InFlight: held,
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
-		InterimTurns: int(w.interimTurns.Load()), TailHold: w.tailHold.Load(),
-		ConsumerFull: w.consumerFull.Load(),
+		InterimTurns: int(w.interimTurns.Load()), TailHold: l.tailHold.Load(),
+		ConsumerFull: l.consumerFull.Load(),
 	}
 	w.inFlight.Range(func(_, v any) bool {
 		hb.InFlightTokens = append(hb.InFlightTokens, int(v.(*flight).tokens.Load()))
@@ -51,14 +52,18 @@ func (w *Worker) heartbeat() schema.Heartbeat {
 	return hb
 }
 
-func (w *Worker) publishHeartbeat() {
-	b, err := json.Marshal(w.heartbeat())
-	if err != nil {
-		w.log.Error("encode heartbeat", "err", err)
-		return
-	}
-	if err := w.nc.Publish(schema.HeartbeatSubject(w.cfg.Run, w.cfg.Name), b); err != nil {
-		w.log.Warn("publish heartbeat", "err", err)
+// publishHeartbeats publishes the worker's heartbeat for each run it
+// serves.
+func (w *Worker) publishHeartbeats() {
+	for _, l := range w.serving() {
+		b, err := json.Marshal(w.heartbeat(l))
+		if err != nil {
+			l.log.Error("encode heartbeat", "err", err)
+			continue
+		}
+		if err := w.nc.Publish(schema.HeartbeatSubject(l.run, w.cfg.Name), b); err != nil {
+			l.log.Warn("publish heartbeat", "err", err)
+		}
 	}
 }
 

@@ -213,8 +213,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.tokens, float64(w.tokens.Load()))
 	gauge(c.breakerOpen, boolValue(open))
 	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())
-	gauge(c.tailHold, boolValue(w.tailHold.Load()))
-	gauge(c.consumerFull, boolValue(w.consumerFull.Load()))
+	var hold, full bool
+	for _, l := range w.serving() {
+		hold = hold || l.tailHold.Load()
+		full = full || l.consumerFull.Load()
+	}
+	gauge(c.tailHold, boolValue(hold))
+	gauge(c.consumerFull, boolValue(full))
 }
 
 func boolValue(b bool) float64 {

@@ -105,7 +105,7 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 // settle ends one delivery with exactly one acknowledgement call. j is
 // nil for an undecodable prompt; with no error, j holds its answer.
 func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
-	last := w.maxDeliver > 0 && d.attempt >= w.maxDeliver
+	last := d.lane.lastDelivery(d.attempt)
 	down, _ := w.breaker.isOpen()
 	what, reason := decide(err, last, down)
 	attrs := []any{"subject", d.msg.Subject(), "delivery", d.attempt}
@@ -118,7 +118,7 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			attrs = append(attrs, "turn", j.failed)
 		}
 	}
-	log := withLazy(w.log, attrs...)
+	log := withLazy(d.lane.log, attrs...)
 	var delay time.Duration
 	if what == retry {
 		what, reason, delay = w.countAgainst(ctx, j, d.attempt, err, log)
@@ -152,7 +152,7 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			// Before the ack, so that a worker that dies in between
 			// leaves the prompt to be redelivered, and the turns to be
 			// removed then (see settledBefore).
-			w.purgeTurns(ctx, j.p.Unit())
+			w.purgeTurns(ctx, j.lane, j.p.Unit())
 		}
 		if aerr := d.ack(ctx); aerr != nil {
 			// The result is stored: a redelivery finds it there and is
@@ -210,14 +210,14 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 // the prompt back with a delay growing with its failures, or, when they
 // reach the run's MaxAttempts, says to dead-letter it.
 func (w *Worker) countAgainst(ctx context.Context, j *job, delivery int, err error, log *slog.Logger) (outcome, string, time.Duration) {
-	n, cerr := w.countFailure(context.WithoutCancel(ctx), j.p.Unit())
+	n, cerr := w.countFailure(context.WithoutCancel(ctx), j.lane.run, j.p.Unit())
 	if cerr != nil {
 		// Without the count, fall back on the delivery count, which can
 		// only overstate the prompt's failures.
 		log.Warn("cannot count the failure; using the delivery count", "err", cerr)
 		n = delivery
 	}
-	if n >= w.manifest.Policy.Attempts() {
+	if n >= j.lane.manifest.Policy.Attempts() {
 		return deadLetter, schema.ReasonExhausted, 0
 	}
 	log.Warn("transient failure; will retry", "failures", n, "err", err)

@@ -20,7 +20,7 @@ type modelLister interface {
 // makes sure it serves the run's model. A worker pointed at the wrong
 // server or model would otherwise turn every prompt into a dead letter
 // (404 is a permanent error), so that is a start-up error instead.
-func (w *Worker) checkBackend(ctx context.Context) error {
+func (w *Worker) checkBackend(ctx context.Context, l *lane) error {
 	ml, ok := w.backend.(modelLister)
 	if !ok {
 		return nil
@@ -32,8 +32,8 @@ func (w *Worker) checkBackend(ctx context.Context) error {
 			for i, m := range models {
 				ids[i] = m.ID
 			}
-			if !slices.Contains(ids, w.manifest.Model) {
-				return fmt.Errorf("worker %s: the backend serves %v, not the run's model %q: point --backend at a server of that model (or produce a new run for this one)", w.cfg.Name, ids, w.manifest.Model)
+			if !slices.Contains(ids, l.manifest.Model) {
+				return fmt.Errorf("worker %s: the backend serves %v, not the run's model %q: point --backend at a server of that model (or produce a new run for this one)", w.cfg.Name, ids, l.manifest.Model)
 			}
 			return nil
 		}
@@ -99,8 +99,10 @@ func (w *Worker) probeBackend(ctx context.Context) error {
 	for i, m := range models {
 		ids[i] = m.ID
 	}
-	if !slices.Contains(ids, w.manifest.Model) {
-		return fmt.Errorf("the backend serves %v, not the run's model %q", ids, w.manifest.Model)
+	for _, l := range w.serving() {
+		if !slices.Contains(ids, l.manifest.Model) {
+			return fmt.Errorf("the backend serves %v, not the run's model %q", ids, l.manifest.Model)
+		}
 	}
 	return w.probeTokenIDs(ctx)
 }
@@ -109,17 +111,22 @@ func (w *Worker) probeBackend(ctx context.Context) error {
 // ids, for one short answer with them: the worker resumes only once the
 // backend returns them.
 func (w *Worker) probeTokenIDs(ctx context.Context) error {
-	if _, reason := w.breaker.isOpen(); !w.manifest.ReturnTokenIDs || reason != errNoTokenIDs.Error() {
+	if _, reason := w.breaker.isOpen(); reason != errNoTokenIDs.Error() {
 		return nil
 	}
-	params := w.manifest.Params
-	params.MaxTokens = probeMaxTokens
-	comp, err := w.backend.ChatStream(ctx, Request(w.manifest, []openai.Message{{Role: "user", Content: "Say OK."}}, params), func(int) {})
-	if err != nil {
-		return err
-	}
-	if lacksTokenIDs(comp) {
-		return errNoTokenIDs
+	for _, l := range w.serving() {
+		if !l.manifest.ReturnTokenIDs {
+			continue
+		}
+		params := l.manifest.Params
+		params.MaxTokens = probeMaxTokens
+		comp, err := w.backend.ChatStream(ctx, Request(l.manifest, []openai.Message{{Role: "user", Content: "Say OK."}}, params), func(int) {})
+		if err != nil {
+			return err
+		}
+		if lacksTokenIDs(comp) {
+			return errNoTokenIDs
+		}
 	}
 	return nil
 }

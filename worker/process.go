@@ -14,21 +14,21 @@ import (
 // process handles one delivered prompt from decode to acknowledgement. l
 // holds a window slot on entry, and gives it back once the last request
 // is over, before the outcome is stored.
-func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
+func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *lease) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to acknowledge.
-		w.log.Error("message without JetStream metadata", "subject", msg.Subject(), "err", err)
+		ln.log.Error("message without JetStream metadata", "subject", msg.Subject(), "err", err)
 		return
 	}
-	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(msg)}
+	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(ln, msg), lane: ln}
 	defer d.progress.stop()
 	p, err := decodePrompt(msg)
 	if err != nil {
 		w.settle(ctx, d, nil, poison(err))
 		return
 	}
-	j := w.newJob(p)
+	j := newJob(ln, p)
 	defer func() { w.interimTurns.Add(-int64(j.stored)) }()
 	if d.attempt > 1 && w.settledBefore(ctx, d, j) {
 		return
@@ -52,6 +52,8 @@ func (w *Worker) process(ctx context.Context, msg jetstream.Msg, l *lease) {
 // job is one delivered unit (a prompt and sample) being answered.
 type job struct {
 	p *schema.Prompt
+	// lane is the run it belongs to.
+	lane *lane
 	// params are the parameters it is generated with: the run's,
 	// overridden by the prompt's own, then by a replay's max_tokens, for
 	// its sample.
@@ -74,9 +76,9 @@ type job struct {
 	failed int
 }
 
-// newJob works out what p is generated with.
-func (w *Worker) newJob(p *schema.Prompt) *job {
-	params := w.manifest.Params
+// newJob works out what p, a prompt of l's run, is generated with.
+func newJob(l *lane, p *schema.Prompt) *job {
+	params := l.manifest.Params
 	if p.Params != nil {
 		params = params.Override(*p.Params)
 	}
@@ -84,8 +86,8 @@ func (w *Worker) newJob(p *schema.Prompt) *job {
 	if p.MaxTokens > 0 {
 		params.MaxTokens = p.MaxTokens
 	}
-	j := &job{p: p, params: params.ForSample(p.Sample), lengthBase: base, k: 1}
-	if w.manifest.TurnsMode() == schema.TurnsAll {
+	j := &job{p: p, lane: l, params: params.ForSample(p.Sample), lengthBase: base, k: 1}
+	if l.manifest.TurnsMode() == schema.TurnsAll {
 		j.all, j.k = true, schema.TurnSlots(p.Messages)
 	}
 	return j
@@ -111,10 +113,10 @@ func (w *Worker) answerLast(ctx context.Context, d *delivery, j *job) error {
 func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, msgs []openai.Message) (*schema.Turn, error) {
 	// A last delivery is never handed back at the end of the run: it
 	// would not come again.
-	f := &flight{last: w.maxDeliver > 0 && d.attempt >= w.maxDeliver}
+	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt)}
 	w.inFlight.Store(d.seq, f)
 	defer w.inFlight.Delete(d.seq)
-	a, err := w.generate(ctx, j, w.request(msgs, j.params), f)
+	a, err := w.generate(ctx, j, Request(j.lane.manifest, msgs, j.params), f)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +125,7 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 		j.model = a.Model
 	}
 	return &schema.Turn{
-		Run: w.cfg.Run, ID: j.p.ID, Sample: j.p.Sample, Index: i,
+		Run: j.lane.run, ID: j.p.ID, Sample: j.p.Sample, Index: i,
 		Answer: schema.Message{
 			Role: "assistant", Content: a.Content, Reasoning: a.Reasoning, FinishReason: a.FinishReason,
 			Usage:          &schema.Usage{PromptTokens: a.Usage.PromptTokens, CompletionTokens: a.Usage.CompletionTokens},
@@ -146,7 +148,7 @@ type answer struct {
 // on-length policy: keep a truncated answer (flagged), turn it into an
 // error, or ask again with twice the max_tokens up to the policy's cap.
 func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f *flight) (*answer, error) {
-	policy := w.manifest.Policy
+	policy := j.lane.manifest.Policy
 	for {
 		f.tokens.Store(0)
 		w.startGenerating()
@@ -174,7 +176,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 			return a, nil
 		case schema.OnLengthRetry:
 			if next := nextBudget(req.MaxTokens, policy.LengthRetryMaxTokens, j.lengthBase); next > req.MaxTokens {
-				w.log.Info("answer truncated; asking again with a larger max_tokens", "id", j.p.ID, "sample", j.p.Sample, "max_tokens", next)
+				j.lane.log.Info("answer truncated; asking again with a larger max_tokens", "id", j.p.ID, "sample", j.p.Sample, "max_tokens", next)
 				req.MaxTokens = next
 				continue
 			}
@@ -213,11 +215,6 @@ func decodePrompt(msg jetstream.Msg) (*schema.Prompt, error) {
 		return nil, err
 	}
 	return schema.DecodePrompt(msg.Data())
-}
-
-// request is the chat request of msgs with params.
-func (w *Worker) request(msgs []openai.Message, params schema.Params) openai.ChatRequest {
-	return Request(w.manifest, msgs, params)
 }
 
 // Request is the request a worker of run m sends for msgs with params

@@ -30,7 +30,7 @@ func (w *Worker) publishResult(ctx context.Context, attempt int, j *job) error {
 	if err != nil {
 		return err
 	}
-	out := w.message(schema.ResultSubject(w.cfg.Run, j.p.Unit()), schema.KindResult, j.p.Unit(), data)
+	out := w.message(j.lane.run, schema.ResultSubject(j.lane.run, j.p.Unit()), schema.KindResult, j.p.Unit(), data)
 	return w.store(ctx, out)
 }
 
@@ -40,8 +40,8 @@ func (w *Worker) result(attempt int, j *job) *schema.Result {
 	params := j.params
 	params.MaxTokens = last.MaxTokens
 	r := &schema.Result{
-		Run: w.cfg.Run, ID: j.p.ID, Sample: j.p.Sample, Messages: j.p.Messages,
-		Model: w.manifest.Model, Params: params,
+		Run: j.lane.run, ID: j.p.ID, Sample: j.p.Sample, Messages: j.p.Messages,
+		Model: j.lane.manifest.Model, Params: params,
 		Reasoning: last.Answer.Reasoning, Content: last.Answer.Content, FinishReason: last.Answer.FinishReason,
 		Truncated: last.Answer.FinishReason == "length",
 		Worker:    w.cfg.Name, Attempts: attempt,
@@ -71,7 +71,7 @@ func (w *Worker) result(attempt int, j *job) *schema.Result {
 
 func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, j *job, reason string, cause error) error {
 	dl := &schema.DeadLetter{
-		Run: w.cfg.Run, Reason: reason, Attempts: d.attempt, Worker: w.cfg.Name,
+		Run: d.lane.run, Reason: reason, Attempts: d.attempt, Worker: w.cfg.Name,
 		Error: cause.Error(), FailedAt: time.Now().UTC(), PromptSeq: d.seq,
 	}
 	var apiErr *openai.APIError
@@ -92,10 +92,10 @@ func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, j *job, rea
 	if err != nil {
 		return err
 	}
-	out := w.message(schema.DeadRoot+"."+w.cfg.Run+"."+token, schema.KindDeadLetter, dl.Unit(), data)
+	out := w.message(d.lane.run, schema.DeadRoot+"."+d.lane.run+"."+token, schema.KindDeadLetter, dl.Unit(), data)
 	out.Header.Set(schema.HeaderReason, reason)
 	out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.seq, 10))
-	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(w.cfg.Run, token, d.seq, uint64(d.attempt)))
+	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(d.lane.run, token, d.seq, uint64(d.attempt)))
 	if err := w.store(ctx, out); err != nil {
 		return err
 	}
@@ -114,7 +114,7 @@ var errSuperseded = errors.New("a dead letter of an earlier copy of this prompt 
 // lost), not for an earlier copy; on the prompt's last delivery whatever
 // is stored is accepted, since it will not come back.
 func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, subject string, d *delivery) error {
-	if w.maxDeliver > 0 && d.attempt >= w.maxDeliver {
+	if d.lane.lastDelivery(d.attempt) {
 		return nil
 	}
 	stored, err := lastStored(ctx, w.dead, subject)
@@ -130,18 +130,18 @@ func (w *Worker) checkDeadLetterIsOurs(ctx context.Context, subject string, d *d
 	return errSuperseded
 }
 
-// message is a message about unit u with aerie's headers.
-func (w *Worker) message(subject, kind string, u schema.Unit, data []byte) *nats.Msg {
+// message is a message about unit u of run with aerie's headers.
+func (w *Worker) message(run, subject, kind string, u schema.Unit, data []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
-	m.Header.Set(schema.HeaderMsgID, schema.MsgID(w.cfg.Run, u))
+	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, u))
 	if u.ID != "" {
 		m.Header.Set(schema.HeaderPromptID, u.ID)
 	}
 	if u.Sample > 0 {
 		m.Header.Set(schema.HeaderSample, strconv.Itoa(u.Sample))
 	}
-	m.Header.Set(schema.HeaderRun, w.cfg.Run)
+	m.Header.Set(schema.HeaderRun, run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(kind))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
 	m.Header.Set(schema.HeaderWorker, w.cfg.Name)

@@ -25,11 +25,11 @@ import (
 // after its last stored turn (see converse).
 func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 	p := j.p
-	log := w.log.With("id", p.ID, "delivery", d.attempt)
+	log := j.lane.log.With("id", p.ID, "delivery", d.attempt)
 	if p.Sample > 0 {
 		log = log.With("sample", p.Sample)
 	}
-	res, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, p.Unit()))
+	res, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, p.Unit()))
 	if err != nil {
 		log.Warn("cannot look for an earlier result of a redelivered prompt; generating it", "err", err)
 		return false
@@ -39,7 +39,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 			// Its worker may have died before removing them. Removed
 			// before the ack: a worker that dies in between leaves the
 			// prompt to be redelivered and removes them then.
-			w.purgeTurns(ctx, p.Unit())
+			w.purgeTurns(ctx, j.lane, p.Unit())
 		}
 		if err := d.ack(ctx); err != nil {
 			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
@@ -48,7 +48,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
 		return true
 	}
-	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(w.cfg.Run, p.Unit()))
+	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(j.lane.run, p.Unit()))
 	if err != nil {
 		log.Warn("cannot look for an earlier dead letter of a redelivered prompt; generating it", "err", err)
 		return false
@@ -71,11 +71,11 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 // delivery may have stored one after the other removed them, and the
 // prompt is acknowledged, as a redelivery that finds the result is.
 func (w *Worker) settleAnswered(ctx context.Context, d *delivery, j *job) {
-	log := w.log.With("id", j.p.ID, "delivery", d.attempt, "turn", len(j.turns))
+	log := j.lane.log.With("id", j.p.ID, "delivery", d.attempt, "turn", len(j.turns))
 	if j.p.Sample > 0 {
 		log = log.With("sample", j.p.Sample)
 	}
-	w.purgeTurns(ctx, j.p.Unit())
+	w.purgeTurns(ctx, j.lane, j.p.Unit())
 	if err := d.ack(ctx); err != nil {
 		log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
 	}

@@ -3,10 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
-
-	"github.com/aerie-dev/aerie/openai"
 )
 
 // metricsReader is implemented by backends that can read their server's
@@ -21,55 +18,6 @@ type metricsReader interface {
 // this often means it serves none (or a proxy hides them).
 const fallbackAfter = 3
 
-// sizeWindow runs an automatic window (Config.AutoWindow) until ctx ends:
-// every WindowPoll it reads the backend's load and resizes the window by
-// windowRule. When the backend serves no vLLM metrics it warns once and
-// leaves the window at Config.Window; a reading that fails after good
-// ones keeps the window as it is (the breaker sees a server that is down).
-func (w *Worker) sizeWindow(ctx context.Context) {
-	mr, ok := w.backend.(metricsReader)
-	if !ok {
-		w.fallBack("the backend cannot read its server's metrics", nil)
-		return
-	}
-	rule := &windowRule{Max: w.cfg.MaxWindow}
-	t := time.NewTicker(w.cfg.WindowPoll)
-	defer t.Stop()
-	failures, read := 0, false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		load, err := w.readLoad(ctx, mr)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if read {
-				w.log.Debug("window: cannot read the backend's metrics; window kept", "window", w.win.capacity(), "err", err)
-				continue
-			}
-			var apiErr *openai.APIError
-			notServed := errors.Is(err, errNoLoadMetrics) || errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound
-			if failures++; failures >= fallbackAfter || notServed {
-				w.fallBack("the backend serves no vLLM load metrics at /metrics", err)
-				return
-			}
-			continue
-		}
-		read = true
-		cur := w.win.capacity()
-		next, why := rule.next(cur, int(w.generating.Load()), load)
-		if next != cur {
-			w.win.resize(next)
-			w.log.Debug("window resized", "from", cur, "to", next, "why", why,
-				"running", load.Running, "waiting", load.Waiting, "kv_cache", load.KVUsage, "preemptions", load.Preemptions)
-		}
-	}
-}
-
 // readLoad reads the backend's load once, within one poll interval.
 func (w *Worker) readLoad(ctx context.Context, mr metricsReader) (backendLoad, error) {
 	rctx, cancel := context.WithTimeout(ctx, max(w.cfg.WindowPoll, time.Second))
@@ -81,13 +29,46 @@ func (w *Worker) readLoad(ctx context.Context, mr metricsReader) (backendLoad, e
 	return parseLoad(text)
 }
 
-// fallBack warns, once, that the window stays fixed, and sets it to
-// Config.Window.
-func (w *Worker) fallBack(why string, err error) {
-	w.win.resize(w.cfg.Window)
-	args := []any{"window", w.cfg.Window}
-	if err != nil {
-		args = append(args, "err", err)
+// windowDecision is what the automatic window's policy decides.
+type windowDecision struct {
+	// size is the new size, 0 to keep it; why says why it changed.
+	size int
+	why  string
+	// fallBack is set when the window gives up on the backend's load.
+	fallBack *fallBack
+	// kept is the failed reading after which the window is kept.
+	kept error
+}
+
+// sizeWindow is the automatic window's policy: the size windowRule gives
+// for the backend's load, or, when the load cannot be read, the window
+// kept (after a good reading: the breaker sees a server that is down) or
+// the fixed window for good (before any, fallbackAfter times, or at once
+// when the backend serves no load metrics). It returns the memory to
+// keep.
+func sizeWindow(p policy, r readings, m memory) (windowDecision, memory) {
+	if !p.auto || m.load.fixed || r.load == nil && r.loadErr == nil {
+		return windowDecision{}, m
 	}
-	w.log.Warn("--window auto: "+why+"; keeping a fixed window", args...)
+	if r.load == nil {
+		if m.load.read {
+			return windowDecision{kept: r.loadErr}, m
+		}
+		if m.load.failures++; m.load.failures < fallbackAfter && !r.loadNotServed {
+			return windowDecision{}, m
+		}
+		m.load.fixed = true
+		fb := &fallBack{why: "the backend serves no vLLM load metrics at /metrics", err: r.loadErr}
+		if errors.Is(r.loadErr, errCannotReadMetrics) {
+			fb = &fallBack{why: errCannotReadMetrics.Error()}
+		}
+		return windowDecision{size: p.window, fallBack: fb}, m
+	}
+	m.load.read = true
+	m.rule.Max = p.maxWindow
+	next, why := m.rule.next(r.size, r.generating, *r.load)
+	if next == r.size {
+		return windowDecision{}, m
+	}
+	return windowDecision{size: next, why: why}, m
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
@@ -72,98 +71,18 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 	return comp, err
 }
 
-// handBackTail checks every WindowPoll, until ctx ends, whether to hold
-// back from pulling (tailhold.go) and for a tail to hand back. cons is
-// the run's workers consumer.
-func (w *Worker) handBackTail(ctx context.Context, cons jetstream.Consumer) {
-	sub, err := w.nc.Subscribe(schema.HeartbeatFilter(w.cfg.Run), w.peers.heard(w.cfg.Name))
-	if err != nil {
-		w.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
-		return
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	t := time.NewTicker(w.cfg.WindowPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// followPeers follows, until ctx ends, the heartbeats of the other
+// workers of each run served. Without them no prompt is handed back, nor
+// pull held back, at the end of the run.
+func (w *Worker) followPeers(ctx context.Context) {
+	for _, l := range w.serving() {
+		sub, err := w.nc.Subscribe(schema.HeartbeatFilter(l.run), l.peers.heard(w.cfg.Name))
+		if err != nil {
+			l.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
+			continue
 		}
-		w.tailTick(ctx, cons)
+		context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 	}
-}
-
-// tailTick holds back or hands back what the tail allows now.
-func (w *Worker) tailTick(ctx context.Context, cons jetstream.Consumer) {
-	shrunk := w.win.capacity() < w.cfg.Window && !w.cfg.AutoWindow
-	var waiting []waitingFlight
-	var waited time.Duration
-	if w.cfg.HandBackAfter > 0 {
-		waited = w.handBackWait()
-		waiting = w.waitingFlights(time.Now().Add(-waited))
-	}
-	recent := 3 * w.cfg.Heartbeat
-	others := w.peers.pulling(time.Now(), recent)
-	own := w.latency.get()
-	if len(waiting) == 0 && !shrunk && (len(others) == 0 || own == 0) {
-		w.setTailHold(false, 0, 0)
-		return
-	}
-	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	info, err := cons.Info(ictx)
-	cancel()
-	if err != nil {
-		w.setTailHold(false, 0, 0)
-		return
-	}
-	w.setTailHold(holdForTail(int64(info.NumPending), own, others), info.NumPending, own)
-	if len(waiting) == 0 && !shrunk {
-		return
-	}
-	if info.NumPending > 0 {
-		if shrunk {
-			w.win.resize(w.cfg.Window) // prompts came again: the fixed window back
-		}
-		return
-	}
-	free := w.peers.free(time.Now(), recent)
-	n := min(len(waiting), free)
-	if n == 0 {
-		return
-	}
-	// No slot this frees may pull the prompt back here.
-	w.win.shrinkBy(n)
-	if w.win.pulling() {
-		return // the open pull ends within PullWait; cancel then
-	}
-	slices.SortFunc(waiting, func(a, b waitingFlight) int { return b.sent.Compare(a.sent) })
-	handed := 0
-	for _, f := range waiting[:n] {
-		// The youngest first: a FIFO queue would serve them last.
-		if f.f.state.CompareAndSwap(flightWaiting, flightHandedBack) {
-			f.cancel(errTailHandBack)
-			handed++
-		}
-	}
-	if handed > 0 {
-		w.log.Info("handing back prompts waiting without a first token, for idle workers of the run",
-			"prompts", handed, "waited_over", waited.Round(time.Millisecond), "idle_slots", free)
-	}
-}
-
-// setTailHold holds back from pulling, or not, logging each change.
-func (w *Worker) setTailHold(hold bool, pending uint64, own time.Duration) {
-	if w.tailHold.Swap(hold) == hold {
-		return
-	}
-	if hold {
-		w.tailHolds.Add(1)
-		w.log.Info("holding back near the end of the run: the other workers would finish the prompts left sooner than this one",
-			"pending", pending, "own_latency", own.Round(time.Millisecond))
-		return
-	}
-	w.log.Info("pulling again", "pending", pending)
 }
 
 // handBackWait is how long a request must have waited without a first
@@ -180,9 +99,9 @@ type waitingFlight struct {
 }
 
 // waitingFlights are the requests sent before `before` that have no
-// token yet.
-func (w *Worker) waitingFlights(before time.Time) []waitingFlight {
-	var out []waitingFlight
+// token yet and may be handed back, by lane.
+func (w *Worker) waitingFlights(before time.Time) map[*lane][]waitingFlight {
+	out := map[*lane][]waitingFlight{}
 	w.inFlight.Range(func(_, v any) bool {
 		f := v.(*flight)
 		if f.last || f.state.Load() != flightWaiting {
@@ -192,7 +111,7 @@ func (w *Worker) waitingFlights(before time.Time) []waitingFlight {
 		sent, cancel := f.sent, f.cancel
 		f.mu.Unlock()
 		if cancel != nil && sent.Before(before) {
-			out = append(out, waitingFlight{f: f, sent: sent, cancel: cancel})
+			out[f.lane] = append(out[f.lane], waitingFlight{f: f, sent: sent, cancel: cancel})
 		}
 		return true
 	})
@@ -309,4 +228,63 @@ func (p *peers) pulling(now time.Time, recent time.Duration) []tailPeer {
 		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free})
 	}
 	return out
+}
+
+// tailDecision is what the tail policy decides for one run.
+type tailDecision struct {
+	hold      bool
+	pending   uint64
+	restore   bool
+	retire    int
+	handBack  []waitingFlight
+	idleSlots int
+}
+
+// tailPolicy decides, for lane i, whether to hold back from its prompts
+// near the end of the run (holdForTail) and which requests to hand back
+// for idle workers (tail.go): when the run has nothing left to deliver
+// and its other workers have free slots, as many of its requests that
+// have waited without a first token as they have slots, the youngest
+// first, with the window retired by as many; not while a pull is open,
+// which would take them back. A fixed window shrunk so comes back when
+// prompts come again.
+func tailPolicy(p policy, r readings, i int) tailDecision {
+	lr := r.lanes[i]
+	shrunk := !p.auto && r.size < p.window
+	if !tailNeedsConsumer(p, r, i) || lr.consumer == nil {
+		return tailDecision{}
+	}
+	pending := lr.consumer.pending
+	d := tailDecision{pending: pending,
+		hold: holdForTail(int64(pending), r.ownLatency, lr.others)}
+	if len(lr.waiting) == 0 && !shrunk {
+		return d
+	}
+	if pending > 0 {
+		d.restore = shrunk
+		return d
+	}
+	n := min(len(lr.waiting), lr.peersFree)
+	if n == 0 {
+		return d
+	}
+	d.retire, d.idleSlots = n, lr.peersFree
+	if r.pulling {
+		return d // the open pull ends within PullWait; hand back then
+	}
+	waiting := slices.Clone(lr.waiting)
+	// The youngest first: a FIFO queue would serve them last.
+	slices.SortFunc(waiting, func(a, b waitingFlight) int { return b.sent.Compare(a.sent) })
+	d.handBack = waiting[:n]
+	return d
+}
+
+// tailNeedsConsumer reports whether the tail policy needs lane i's
+// consumer read: some of its requests may be handed back, the window is
+// shrunk by an earlier hand-back, or other workers pull and this one
+// knows its own pace.
+func tailNeedsConsumer(p policy, r readings, i int) bool {
+	lr := r.lanes[i]
+	shrunk := !p.auto && r.size < p.window
+	return len(lr.waiting) > 0 || shrunk || len(lr.others) > 0 && r.ownLatency > 0
 }

@@ -38,7 +38,7 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		if err := l.acquire(ctx); err != nil {
 			return err
 		}
-		t, err := w.generateTurn(ctx, d, j, i, w.requestMessages(turnContext(j.p.Messages, j.turns, i)))
+		t, err := w.generateTurn(ctx, d, j, i, j.lane.requestMessages(turnContext(j.p.Messages, j.turns, i)))
 		if err != nil {
 			j.failed = i + 1
 			return err
@@ -84,7 +84,7 @@ var errAnswered = errors.New("another delivery stored the conversation's result"
 // this delivery is the one left to remove it (see settleAnswered). A
 // failed look-up counts as not answered: the conversation goes on.
 func (w *Worker) answered(ctx context.Context, j *job) bool {
-	m, err := lastStored(ctx, w.results, schema.ResultSubject(w.cfg.Run, j.p.Unit()))
+	m, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, j.p.Unit()))
 	return err == nil && m != nil
 }
 
@@ -110,8 +110,8 @@ func turnContext(msgs []schema.Message, turns []*schema.Turn, i int) []schema.Me
 
 // requestMessages is a turn's context as sent: earlier answers with
 // their content, and their reasoning when the run keeps it.
-func (w *Worker) requestMessages(msgs []schema.Message) []openai.Message {
-	keep := w.manifest.ContextReasoning == schema.ContextReasoningKeep
+func (l *lane) requestMessages(msgs []schema.Message) []openai.Message {
+	keep := l.manifest.ContextReasoning == schema.ContextReasoningKeep
 	out := make([]openai.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = openai.Message{Role: m.Role, Content: m.Content}
@@ -137,7 +137,7 @@ func (e *storeError) Unwrap() error { return e.err }
 func (w *Worker) loadTurns(ctx context.Context, j *job) error {
 	u := j.p.Unit()
 	for i := 0; i < j.k-1; i++ {
-		m, err := lastStored(ctx, w.turns, schema.TurnSubject(w.cfg.Run, u, i))
+		m, err := lastStored(ctx, w.turns, schema.TurnSubject(j.lane.run, u, i))
 		if err != nil {
 			return &storeError{fmt.Errorf("look up stored turn %d of %s: %w", i+1, j.p.ID, err)}
 		}
@@ -147,11 +147,11 @@ func (w *Worker) loadTurns(ctx context.Context, j *job) error {
 		t, err := schema.DecodeTurn(m.Data)
 		switch {
 		case err != nil:
-			w.log.Warn("stored turn cannot be decoded; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "err", err)
+			j.lane.log.Warn("stored turn cannot be decoded; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "err", err)
 		case t.Index != i:
-			w.log.Warn("stored turn has the wrong index; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "index", t.Index)
+			j.lane.log.Warn("stored turn has the wrong index; generating it again", "id", j.p.ID, "sample", j.p.Sample, "turn", i+1, "index", t.Index)
 		case t.Answer.FinishReason == "length" && t.MaxTokens != j.params.MaxTokens:
-			w.log.Info("stored turn was cut at another max_tokens; generating it again", "id", j.p.ID, "sample", j.p.Sample,
+			j.lane.log.Info("stored turn was cut at another max_tokens; generating it again", "id", j.p.ID, "sample", j.p.Sample,
 				"turn", i+1, "stored_max_tokens", t.MaxTokens, "max_tokens", j.params.MaxTokens)
 		default:
 			j.turns = append(j.turns, t)
@@ -167,7 +167,7 @@ func (w *Worker) loadTurns(ctx context.Context, j *job) error {
 // purgeTurnsFrom removes the stored turns of j from turn i on.
 func (w *Worker) purgeTurnsFrom(ctx context.Context, j *job, i int) error {
 	for ; i < j.k-1; i++ {
-		subject := schema.TurnSubject(w.cfg.Run, j.p.Unit(), i)
+		subject := schema.TurnSubject(j.lane.run, j.p.Unit(), i)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(subject))
 		cancel()
@@ -187,8 +187,8 @@ func (w *Worker) storeTurn(ctx context.Context, j *job, t *schema.Turn) (*schema
 	if err != nil {
 		return nil, fmt.Errorf("encode turn %d of %s: %w", t.Index+1, j.p.ID, err)
 	}
-	subject := schema.TurnSubject(w.cfg.Run, j.p.Unit(), t.Index)
-	m := w.message(subject, schema.KindTurn, j.p.Unit(), data)
+	subject := schema.TurnSubject(j.lane.run, j.p.Unit(), t.Index)
+	m := w.message(j.lane.run, subject, schema.KindTurn, j.p.Unit(), data)
 	// Every turn of a unit would share the unit's message id, and the
 	// de-duplication window would swallow all but the first: the
 	// expected-empty subject alone makes the publish happen once.
@@ -216,26 +216,26 @@ func (w *Worker) storeTurn(ctx context.Context, j *job, t *schema.Turn) (*schema
 	if err != nil {
 		return nil, &storeError{fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
 	}
-	w.log.Info("another delivery stored this turn first; going on with its answer", "id", j.p.ID, "sample", j.p.Sample, "turn", t.Index+1, "by", first.Worker)
+	j.lane.log.Info("another delivery stored this turn first; going on with its answer", "id", j.p.ID, "sample", j.p.Sample, "turn", t.Index+1, "by", first.Worker)
 	return first, nil
 }
 
 // forgetFailures deletes the failure count of j, best effort.
 func (w *Worker) forgetFailures(ctx context.Context, j *job) {
-	key := schema.AttemptsKey(w.cfg.Run, j.p.Unit())
+	key := schema.AttemptsKey(j.lane.run, j.p.Unit())
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := w.attempts.Delete(dctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		w.log.Warn("cannot reset the failure count after a stored turn; the next turn has fewer attempts", "id", j.p.ID, "key", key, "err", err)
+		j.lane.log.Warn("cannot reset the failure count after a stored turn; the next turn has fewer attempts", "id", j.p.ID, "key", key, "err", err)
 	}
 }
 
-// purgeTurns removes every stored turn of u once its result is stored,
-// best effort: `aerie runs rm` removes any left over.
-func (w *Worker) purgeTurns(ctx context.Context, u schema.Unit) {
+// purgeTurns removes every stored turn of u, of l's run, once its result
+// is stored, best effort: `aerie runs rm` removes any left over.
+func (w *Worker) purgeTurns(ctx context.Context, l *lane, u schema.Unit) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(schema.TurnsFilter(w.cfg.Run, u))); err != nil {
-		w.log.Warn("cannot remove the stored turns of an answered conversation; `aerie runs rm` removes them", "id", u.ID, "sample", u.Sample, "err", err)
+	if err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(schema.TurnsFilter(l.run, u))); err != nil {
+		l.log.Warn("cannot remove the stored turns of an answered conversation; `aerie runs rm` removes them", "id", u.ID, "sample", u.Sample, "err", err)
 	}
 }

@@ -101,12 +101,12 @@ func (s *window) shrinkBy(k int) {
 	}
 }
 
-// pulling reports whether a pull is open: messages asked for and not
-// received.
-func (s *window) pulling() bool {
+// state is the window's size, the slots taken (more than size after a
+// resize down, until they are given back) and whether a pull is open.
+func (s *window) state() (size, taken int, pulling bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pending > 0
+	return s.size, s.size - s.free, s.pending > 0
 }
 
 // capacity is the window's size now.

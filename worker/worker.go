@@ -22,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/openai"
-	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -42,10 +41,11 @@ type Worker struct {
 	backend Backend
 	log     *slog.Logger
 
-	// Set by Run before any prompt is processed.
-	manifest   *schema.Manifest
-	ackWait    time.Duration
-	maxDeliver int
+	// lanes are the runs served (see serving), set by Run before any
+	// prompt is processed; lanesChanged is notified when a lane's hold
+	// changes.
+	lanes        atomic.Pointer[[]*lane]
+	lanesChanged signal
 
 	win      *window
 	inFlight sync.Map // *flight by stream sequence, while a request generates
@@ -61,19 +61,11 @@ type Worker struct {
 	handedBack     atomic.Int64 // prompts handed back during outages
 	// tailHandedBack counts prompts handed back at the end of a run for
 	// an idle worker (tail.go); ttfts keeps the backend's shortest time
-	// to first token, and peers the other workers' last heartbeats.
+	// to first token, and latency the moving mean of this worker's
+	// request times (tailhold.go).
 	tailHandedBack atomic.Int64
 	ttfts          ttftLeast
-	peers          peers
-	// latency is the moving mean of this worker's request times;
-	// tailHold is set while it holds back for the tail, and tailHolds
-	// counts the times it began to (tailhold.go).
-	latency   latencyMean
-	tailHold  atomic.Bool
-	tailHolds atomic.Int64
-	// consumerFull is set while the run's consumer has been found full with
-	// prompts waiting and this worker's slots free (ackroom.go).
-	consumerFull atomic.Bool
+	latency        latencyMean
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
@@ -110,6 +102,7 @@ type flight struct {
 	// last marks the prompt's last delivery, never handed back.
 	state  atomic.Int32
 	last   bool
+	lane   *lane
 	mu     sync.Mutex
 	sent   time.Time
 	cancel context.CancelCauseFunc
@@ -189,80 +182,38 @@ type Stats struct {
 // MaxGenerating never exceeds the window.
 func (w *Worker) Stats() Stats {
 	held, maxHeld := w.win.holding()
-	return Stats{
+	s := Stats{
 		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
 		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
-		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), TailHolds: w.tailHolds.Load(), Paused: w.breaker.pausedFor(),
-		ConsumerFull:   w.consumerFull.Load(),
+		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), Paused: w.breaker.pausedFor(),
 		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
 	}
+	for _, l := range w.serving() {
+		s.TailHolds += l.tailHolds.Load()
+		s.ConsumerFull = s.ConsumerFull || l.consumerFull.Load()
+	}
+	return s
 }
 
 // Run processes prompts until ctx ends, then stops pulling, lets in-flight
 // prompts finish for up to Config.Grace, hands back the rest and returns
 // nil. It returns an error only if it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
-	m, err := provision.WaitManifest(ctx, w.js, w.cfg.Run, w.log)
+	err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	w.manifest = m
-	if w.attempts, err = provision.AttemptsBucket(ctx, w.js, w.cfg.Provision); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("worker %s: %w", w.cfg.Name, err)
-	}
-	if err := w.checkBackend(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	if w.results, err = w.js.Stream(ctx, schema.ResultsStream); err == nil {
-		w.dead, err = w.js.Stream(ctx, schema.DeadStream)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("worker %s: look up aerie's streams (run `aerie produce` first, it creates them): %w", w.cfg.Name, err)
-	}
-	if m.TurnsMode() == schema.TurnsAll {
-		if w.turns, err = provision.TurnsStream(ctx, w.js, w.cfg.Provision); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("worker %s: open the turns stream of a --turns all run: %w", w.cfg.Name, err)
-		}
-	}
-	cons, err := provision.WorkersConsumer(ctx, w.js, w.cfg.Run, w.cfg.Provision)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("worker %s: %w", w.cfg.Name, err)
-	}
-	cc := cons.CachedInfo().Config
-	w.ackWait, w.maxDeliver = cc.AckWait, cc.MaxDeliver
-	mayHold := heldPerSlot * w.cfg.Window
-	if w.cfg.AutoWindow {
-		mayHold = heldPerSlot * w.cfg.MaxWindow
-	}
-	if cc.MaxAckPending > 0 && cc.MaxAckPending < mayHold {
-		w.log.Warn("consumer MaxAckPending is below what this worker may hold (two prompts per slot): slots will wait for room; raise it with nats consumer edit --max-pending",
-			"consumer", cc.Durable, "max_ack_pending", cc.MaxAckPending, "window", w.cfg.Window, "may_hold", mayHold)
-	}
+	l := w.serving()[0]
 	window := any(w.cfg.Window)
 	if w.cfg.AutoWindow {
 		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
 	}
-	w.log.Info("worker started", "model", m.Model, "window", window, "turns", m.TurnsMode(),
-		"ack_wait", w.ackWait, "max_deliver", w.maxDeliver, "total", m.Total)
+	w.log.Info("worker started", "model", l.manifest.Model, "window", window, "turns", l.manifest.TurnsMode(),
+		"ack_wait", l.ackWait, "max_deliver", l.maxDeliver, "total", l.manifest.Total)
 
 	// work ends Config.Grace after ctx: in-flight requests are then
 	// cancelled and their prompts handed back.
@@ -271,15 +222,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeats(work) }()
 	go w.breaker.run(work)
-	if w.cfg.AutoWindow {
-		go w.sizeWindow(work)
-	}
-	go w.handBackTail(work, cons)
-	go w.watchAckRoom(work, cons)
+	w.followPeers(work)
+	go w.control(work)
 
 	defer w.startBatches()() // stopped once every prompt is settled
 	var wg sync.WaitGroup
-	w.pull(ctx, cons, &wg, work)
+	w.pull(ctx, &wg, work)
 
 	reason := schema.PausedStopping
 	w.paused.Store(&reason)
@@ -297,7 +245,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopWork()
 	<-hbDone
-	w.publishHeartbeat() // the final counters
+	w.publishHeartbeats() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
 		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
@@ -310,25 +258,14 @@ func (w *Worker) Run(ctx context.Context) error {
 // window and the prompts delivered to this worker and not settled never
 // exceed what the window allows (see window), counting those in transit.
 // (Consume and Messages prefetch, which would break that.)
-func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.WaitGroup, work context.Context) {
+func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Context) {
 	var failures int
 	for {
-		w.breaker.wait(ctx)
-		n := w.win.acquirePull(ctx, w.win.capacity())
-		if n == 0 {
+		l, n := w.admit(ctx)
+		if l == nil {
 			return
 		}
-		if w.tailHold.Load() {
-			// The other workers would finish what is left sooner.
-			w.win.unused(n)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(w.cfg.WindowPoll):
-			}
-			continue
-		}
-		batch, err := cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
+		batch, err := l.cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
 		got := 0
 		if err == nil {
 			for msg := range batch.Messages() {
@@ -337,9 +274,9 @@ func (w *Worker) pull(ctx context.Context, cons jetstream.Consumer, wg *sync.Wai
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					l := &lease{win: w.win, slot: true}
-					defer l.end()
-					w.process(work, msg, l)
+					ls := &lease{win: w.win, slot: true}
+					defer ls.end()
+					w.process(work, l, msg, ls)
 				}()
 			}
 			err = batch.Error()

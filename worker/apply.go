@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// control runs the pull decision every WindowPoll until ctx ends:
+// observe, decide, apply (see readings.go).
+func (w *Worker) control(ctx context.Context) {
+	p := w.policy()
+	m := memory{nextAck: time.Now().Add(p.ackEvery)}
+	t := time.NewTicker(w.cfg.WindowPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := w.observe(ctx, &m)
+		if ctx.Err() != nil {
+			return
+		}
+		var pl plan
+		pl, m = planPulls(p, r, m)
+		w.apply(r, pl)
+	}
+}
+
+// apply carries out a plan made from readings r. It is the only writer of
+// the window's size after start, of the lanes' holds and consumer-full
+// states, and the only one to hand requests back for the tail.
+func (w *Worker) apply(r readings, pl plan) {
+	if fb := pl.window.fallBack; fb != nil {
+		args := []any{"window", w.cfg.Window}
+		if fb.err != nil {
+			args = append(args, "err", fb.err)
+		}
+		w.log.Warn("--window auto: "+fb.why+"; keeping a fixed window", args...)
+	}
+	if pl.window.kept != nil {
+		w.log.Debug("window: cannot read the backend's metrics; window kept", "window", r.size, "err", pl.window.kept)
+	}
+	if n := pl.window.size; n > 0 && n != r.size {
+		w.win.resize(n)
+		if l := r.load; l != nil {
+			w.log.Debug("window resized", "from", r.size, "to", n, "why", pl.window.why,
+				"running", l.Running, "waiting", l.Waiting, "kv_cache", l.KVUsage, "preemptions", l.Preemptions)
+		}
+	}
+	if pl.retire > 0 {
+		// No slot the hand-backs free may pull their prompts back here.
+		w.win.shrinkBy(pl.retire)
+	}
+	changed := false
+	for i, lp := range pl.lanes {
+		l := r.lanes[i].lane
+		changed = l.setTailHold(lp.hold, lp.pending, r.ownLatency) || changed
+		l.applyFull(lp, r.size-r.generating)
+		handed := 0
+		for _, f := range lp.handBack {
+			if f.f.state.CompareAndSwap(flightWaiting, flightHandedBack) {
+				f.cancel(errTailHandBack)
+				handed++
+			}
+		}
+		if handed > 0 {
+			l.log.Info("handing back prompts waiting without a first token, for idle workers of the run",
+				"prompts", handed, "waited_over", r.handBackWait.Round(time.Millisecond), "idle_slots", lp.idleSlots)
+		}
+	}
+	if changed {
+		w.lanesChanged.notify()
+	}
+}
+
+// setTailHold holds back from the run's prompts, or not, logging each
+// change, and reports whether it changed.
+func (l *lane) setTailHold(hold bool, pending uint64, own time.Duration) bool {
+	if l.tailHold.Swap(hold) == hold {
+		return false
+	}
+	if hold {
+		l.tailHolds.Add(1)
+		l.log.Info("holding back near the end of the run: the other workers would finish the prompts left sooner than this one",
+			"pending", pending, "own_latency", own.Round(time.Millisecond))
+		return true
+	}
+	l.log.Info("pulling again", "pending", pending)
+	return true
+}
+
+// applyFull sets the lane's consumer-full state as lp says, warning
+// when it becomes full and saying when there is room again; free is the
+// worker's free slots.
+func (l *lane) applyFull(lp lanePlan, free int) {
+	c := lp.consumer
+	switch lp.full {
+	case fullClear:
+		if l.consumerFull.Swap(false) {
+			l.log.Info("the run's consumer has room again: the window fills",
+				"ack_pending", c.ackPending, "max_ack_pending", c.maxAckPending)
+		}
+	case fullSet:
+		if l.consumerFull.Swap(true) {
+			return
+		}
+		l.log.Warn("the run's consumer is full: as many prompts as its MaxAckPending are delivered and unsettled, so no worker gets more while prompts wait and this one has free slots",
+			"consumer", c.durable, "max_ack_pending", c.maxAckPending, "ack_pending", c.ackPending,
+			"waiting", c.pending, "free_slots", free,
+			"workers_heard", lp.workers, "their_windows", lp.windows,
+			"fix", fmt.Sprintf("nats consumer edit %s %s --max-pending %d", schema.PromptsStream, c.durable, lp.need))
+	}
+}

@@ -1,0 +1,55 @@
+package worker
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// lane is what a worker keeps of one run it serves: the run's manifest
+// and consumer, what the run's other workers say in their heartbeats,
+// and whether this worker holds back from the run's prompts. Everything
+// a prompt needs of its run is reached through its delivery's lane, so
+// that one worker can serve several runs side by side. The zero value is
+// not usable; Worker.openLane makes one.
+type lane struct {
+	run      string
+	manifest *schema.Manifest
+	cons     jetstream.Consumer
+	// ackWait and maxDeliver are the consumer's: progress acks go every
+	// ackWait/3, and the last delivery of a prompt is never handed back.
+	ackWait    time.Duration
+	maxDeliver int
+	// log carries the run's name.
+	log *slog.Logger
+	// peers are the run's other workers, heard from their heartbeats.
+	peers peers
+	// tailHold is set while this worker holds back from the run's prompts
+	// for the tail, and tailHolds counts the times it began to
+	// (tailhold.go); consumerFull is set while the run's consumer has
+	// been found full with prompts waiting and this worker's slots free
+	// (ackroom.go).
+	tailHold     atomic.Bool
+	tailHolds    atomic.Int64
+	consumerFull atomic.Bool
+}
+
+// serving is the lanes of the runs the worker serves now, in its order;
+// none before Run has started them. The slice is never changed: a lane
+// added or removed replaces it.
+func (w *Worker) serving() []*lane {
+	if p := w.lanes.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// lastDelivery reports whether a delivery numbered attempt is the
+// prompt's last: it will not be delivered again.
+func (l *lane) lastDelivery(attempt int) bool {
+	return l.maxDeliver > 0 && attempt >= l.maxDeliver
+}

@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"slices"
+	"time"
+)
+
+// policy is the configuration the pull decision depends on.
+type policy struct {
+	// auto sizes the window from the backend's load; window is the
+	// fixed window (and the one an automatic window starts from and falls
+	// back to), maxWindow bounds an automatic one.
+	auto              bool
+	window, maxWindow int
+	// handBack is set when requests may be handed back at the end of a
+	// run (Config.HandBackAfter positive).
+	handBack bool
+	// ackEvery is how often a worker looks for a full consumer.
+	ackEvery time.Duration
+}
+
+// policy is the worker's pull policy.
+func (w *Worker) policy() policy {
+	return policy{auto: w.cfg.AutoWindow, window: w.cfg.Window, maxWindow: w.cfg.MaxWindow,
+		handBack: w.cfg.HandBackAfter > 0, ackEvery: ackRoomPeriods * w.cfg.Heartbeat}
+}
+
+// memory is what the decision remembers from one poll to the next. It is
+// passed to planPulls and returned by it, never kept elsewhere. The zero
+// value is the memory of a worker that has just started.
+type memory struct {
+	// rule is the automatic window's rule with its last reading.
+	rule windowRule
+	load loadMemory
+	// nextAck is when the consumers are next looked at for room.
+	nextAck time.Time
+	// fullStreak counts, per lane, the looks in a row that found its
+	// consumer full.
+	fullStreak []int
+}
+
+// loadMemory is what the automatic window remembers of its readings.
+type loadMemory struct {
+	// read is set once a reading has succeeded; failures counts those
+	// that failed before; fixed is set once the window fell back to a
+	// fixed one, for good.
+	read     bool
+	failures int
+	fixed    bool
+}
+
+// plan is what the worker does after a poll.
+type plan struct {
+	// window is the automatic window's decision, or the fixed window
+	// restored; retire is how many slots below those taken now the
+	// window shrinks to (0: none), so that the slots freed by hand-backs
+	// are not used to pull the same prompts back.
+	window windowDecision
+	retire int
+	lanes  []lanePlan
+}
+
+// fallBack is why an automatic window gave up, and the reading's error.
+type fallBack struct {
+	why string
+	err error
+}
+
+// lanePlan is what the worker does about one run.
+type lanePlan struct {
+	// hold is whether to hold back from the run's prompts for the tail;
+	// pending is the prompts left to deliver as read (for the log).
+	hold    bool
+	pending uint64
+	// handBack are the requests to hand back now for idle workers, the
+	// youngest first; idleSlots is the other workers' free slots.
+	handBack  []waitingFlight
+	idleSlots int
+	// full is the consumer-full state to set: fullKeep leaves it.
+	full fullChange
+	// need is the MaxAckPending that the windows heard of need, with
+	// the workers and windows counted, when full is fullSet.
+	need, workers, windows int
+	consumer               *consumerReading
+}
+
+// fullChange is a change of a lane's consumer-full state.
+type fullChange int
+
+const (
+	fullKeep fullChange = iota
+	fullSet
+	fullClear
+)
+
+// planPulls is the pull decision: the plan for readings r under policy p,
+// with memory m, and the memory to pass to the next decision. It is a
+// pure function: each part of it is a policy below, tested on its own.
+func planPulls(p policy, r readings, m memory) (plan, memory) {
+	m.fullStreak = slices.Grow(m.fullStreak, len(r.lanes))[:len(r.lanes)]
+	var pl plan
+	pl.lanes = make([]lanePlan, len(r.lanes))
+	pl.window, m = sizeWindow(p, r, m)
+	ackDue := !r.now.Before(m.nextAck)
+	if ackDue {
+		m.nextAck = r.now.Add(p.ackEvery)
+	}
+	for i := range r.lanes {
+		t := tailPolicy(p, r, i)
+		lp := &pl.lanes[i]
+		lp.hold, lp.pending, lp.handBack, lp.idleSlots = t.hold, t.pending, t.handBack, t.idleSlots
+		if t.restore && pl.window.size == 0 {
+			pl.window.size, pl.window.why = p.window, "prompts came again"
+		}
+		pl.retire += t.retire
+		if ackDue {
+			m.fullStreak[i] = ackRoomPolicy(r, i, m.fullStreak[i], lp)
+		}
+	}
+	return pl, m
+}

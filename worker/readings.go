@@ -1,0 +1,129 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/aerie-dev/aerie/openai"
+)
+
+// The worker decides what to pull in three steps, every WindowPoll:
+// observe takes one snapshot of everything the decision depends on
+// (readings), planPulls turns it into a plan with pure policies (plan.go),
+// and apply carries the plan out (apply.go), the only writer of the
+// window's size, the lanes' holds and the tail's hand-backs. The pull
+// loop asks one place, admit, whether and from which lane it may pull.
+
+// readings is one look at the worker, its backend and its runs.
+type readings struct {
+	now time.Time
+	// size is the window's size and taken its slots in use (more than
+	// size after a resize down); generating counts the requests at the
+	// backend; pulling is set while a pull has messages outstanding.
+	size, taken, generating int
+	pulling                 bool
+	// paused is set while the breaker is open or the worker stops.
+	paused bool
+	// load is the backend's own load when it was read (AutoWindow), nil
+	// otherwise; loadErr is why it could not be read, and loadNotServed
+	// says the backend serves no vLLM load metrics at all.
+	load          *backendLoad
+	loadErr       error
+	loadNotServed bool
+	// ownLatency is the moving mean of this worker's request times;
+	// handBackWait is how long a request must have waited without a first
+	// token to be handed back at the end of a run.
+	ownLatency, handBackWait time.Duration
+	// lanes are the runs served, in the worker's order.
+	lanes []laneReading
+}
+
+// laneReading is what is known of one run now.
+type laneReading struct {
+	lane *lane
+	// others are the run's other workers that pull, heard from within
+	// three heartbeats; peersFree is the free slots of all those heard,
+	// and peerWorkers and peerWindows count them and sum their windows.
+	others                   []tailPeer
+	peersFree                int
+	peerWorkers, peerWindows int
+	// waiting are the run's requests that have waited handBackWait
+	// without a first token and may be handed back (not last deliveries).
+	waiting []waitingFlight
+	// tailHold and consumerFull are the lane's state as last applied.
+	tailHold, consumerFull bool
+	// consumer is the run's consumer as read this time; nil when it was
+	// not read (the decision did not need it) or could not be.
+	consumer *consumerReading
+}
+
+// consumerReading is what the decision uses of a consumer's info.
+type consumerReading struct {
+	durable                   string
+	pending                   uint64
+	ackPending, maxAckPending int
+}
+
+// observe takes the readings of now. The backend's load is read when the
+// window is automatic and has not fallen back to a fixed one; a run's
+// consumer is read only when the decision needs it (see wantsConsumer),
+// since each read is a JetStream API request.
+func (w *Worker) observe(ctx context.Context, m *memory) readings {
+	r := readings{now: time.Now(), generating: int(w.generating.Load())}
+	r.size, r.taken, r.pulling = w.win.state()
+	open, _ := w.breaker.isOpen()
+	r.paused = open || w.paused.Load() != nil
+	if w.cfg.AutoWindow && !m.load.fixed {
+		if mr, ok := w.backend.(metricsReader); ok {
+			load, err := w.readLoad(ctx, mr)
+			if err != nil {
+				var apiErr *openai.APIError
+				r.loadErr = err
+				r.loadNotServed = errors.Is(err, errNoLoadMetrics) || errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound
+			} else {
+				r.load = &load
+			}
+		} else {
+			r.loadErr, r.loadNotServed = errCannotReadMetrics, true
+		}
+	}
+	r.ownLatency = w.latency.get()
+	r.handBackWait = w.handBackWait()
+	recent := 3 * w.cfg.Heartbeat
+	lanes := w.serving()
+	r.lanes = make([]laneReading, len(lanes))
+	var waiting map[*lane][]waitingFlight
+	if w.cfg.HandBackAfter > 0 {
+		waiting = w.waitingFlights(r.now.Add(-r.handBackWait))
+	}
+	for i, l := range lanes {
+		lr := &r.lanes[i]
+		lr.lane = l
+		lr.others = l.peers.pulling(r.now, recent)
+		lr.peersFree = l.peers.free(r.now, recent)
+		lr.peerWorkers, lr.peerWindows = l.peers.windows(r.now, recent)
+		lr.waiting = waiting[l]
+		lr.tailHold, lr.consumerFull = l.tailHold.Load(), l.consumerFull.Load()
+	}
+	p := w.policy()
+	for i, l := range lanes {
+		if !wantsConsumer(p, &r, i, m) {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		info, err := l.cons.Info(ictx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		r.lanes[i].consumer = &consumerReading{durable: info.Config.Durable, pending: info.NumPending,
+			ackPending: info.NumAckPending, maxAckPending: info.Config.MaxAckPending}
+	}
+	return r
+}
+
+// errCannotReadMetrics says the backend has no way to read its server's
+// metrics.
+var errCannotReadMetrics = errors.New("the backend cannot read its server's metrics")
