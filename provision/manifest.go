@@ -78,8 +78,16 @@ func WaitManifest(ctx context.Context, js jetstream.JetStream, run string, log *
 	}
 }
 
+// WaitRunsBucket opens the runs bucket, waiting for the first producer to
+// create it: a worker of several runs may start before any run exists.
+// It never creates the bucket: the producer does, with its replicas.
+func WaitRunsBucket(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (jetstream.KeyValue, error) {
+	return waitRunsBucket(ctx, js, "", time.Now(), log)
+}
+
 // waitRunsBucket opens the runs bucket, waiting for the first producer to
-// create it; it warns like WaitManifest when that takes long.
+// create it; it warns like WaitManifest when that takes long (about run,
+// when it is waited for).
 func waitRunsBucket(ctx context.Context, js jetstream.JetStream, run string, start time.Time, log *slog.Logger) (jetstream.KeyValue, error) {
 	nextWarn := start.Add(manifestWarnInterval)
 	for attempt := 1; ; attempt++ {
@@ -94,7 +102,11 @@ func waitRunsBucket(ctx context.Context, js jetstream.JetStream, run string, sta
 		if attempt == 1 {
 			log.Info("waiting for the first `aerie produce`: KV bucket not created yet", "bucket", schema.RunsBucket)
 		}
-		if now := time.Now(); !now.Before(nextWarn) {
+		if now := time.Now(); !now.Before(nextWarn) && run == "" {
+			log.Warn(fmt.Sprintf("no run has been produced on this server yet (KV bucket %s does not exist); check --nats, or run `aerie produce`", schema.RunsBucket),
+				"waited", now.Sub(start).Round(time.Second), "server", serverURL(js))
+			nextWarn = now.Add(manifestWarnInterval)
+		} else if !now.Before(nextWarn) {
 			log.Warn(fmt.Sprintf("run %s has no manifest yet: no run at all has been produced on this server (KV bucket %s does not exist); "+
 				"check --run and --nats, or run `aerie produce` for this run", run, schema.RunsBucket),
 				"waited", now.Sub(start).Round(time.Second), "server", serverURL(js))

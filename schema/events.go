@@ -46,6 +46,11 @@ type Heartbeat struct {
 	// acknowledged: those generating, and up to as many again whose
 	// results are being stored (so it may exceed Window).
 	InFlight int `json:"in_flight"`
+	// FreeSlots is the worker's window slots with no request generating,
+	// for whichever run it serves: a worker of several runs shares its
+	// window between them, so Window less this run's requests overstates
+	// them. Nil from a worker older than the field, which serves one run.
+	FreeSlots *int `json:"free_slots,omitempty"`
 	// InFlightTokens holds, for each request being generated, the number of
 	// completion tokens streamed so far. Requests still waiting for their
 	// first token are reported as 0.
@@ -83,6 +88,10 @@ type Heartbeat struct {
 
 // PausedStopping is the PausedReason of a worker that is shutting down.
 const PausedStopping = "stopping"
+
+// PausedRun is the PausedReason of a worker for a run that is paused
+// (`aerie runs set RUN --pause`): its prompts stay queued.
+const PausedRun = "run paused: `aerie runs set RUN --resume` resumes it"
 
 // Throughput is what the aggregator publishes every few seconds on
 // ThroughputSubject and appends to events.jsonl.

@@ -238,7 +238,9 @@ const MaxErrorBody = 4096
 
 // Manifest describes a run: what every worker generates with. It is JSON
 // in the RunsBucket so that `nats kv get aerie-runs <run>` is readable.
-// Changing any of it means a new run.
+// Changing any of it means a new run, except its Schedule, which says
+// how the run shares workers with other runs and may change at any time
+// (`aerie runs set`).
 type Manifest struct {
 	V         int       `json:"v"`
 	Run       string    `json:"run"`
@@ -276,6 +278,34 @@ type Manifest struct {
 	// succeeds: Total with TurnsLast, the sum of every conversation's
 	// turns (times Samples) with TurnsAll. Zero means Total.
 	TotalTurns int `json:"total_turns,omitempty"`
+	Schedule
+}
+
+// Schedule is how a run shares the workers that serve several runs. The
+// zero value is priority 0, weight 1, not paused: runs produced before it
+// existed share equally.
+type Schedule struct {
+	// Priority orders runs: a worker's free slots go to the runs of the
+	// highest priority that have prompts waiting; lower ones get what
+	// those leave.
+	Priority int `json:"priority,omitempty"`
+	// Weight shares the free slots between runs of equal priority, in
+	// proportion, counted in generated tokens; zero means 1.
+	Weight float64 `json:"weight,omitempty"`
+	// Paused stops workers from pulling the run's prompts; those they
+	// hold finish.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// DefaultWeight is a run's weight when its manifest gives none.
+const DefaultWeight = 1
+
+// Share is the weight in force: Weight, or DefaultWeight.
+func (s Schedule) Share() float64 {
+	if s.Weight > 0 {
+		return s.Weight
+	}
+	return DefaultWeight
 }
 
 // TurnsMode is Turns or its default, TurnsLast.

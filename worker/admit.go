@@ -3,44 +3,58 @@ package worker
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // admit is the one place where the pull loop learns whether it may pull,
-// how many prompts and from which run: it waits until the breaker is
+// how many prompts and from which runs: it waits until the breaker is
 // closed, the window has a free slot (and room for the messages held),
-// and a lane is not held back, then takes as many slots as are free. It
-// returns the lane and the slots taken, pending in the window until each
-// message arrives or is given back; nil once ctx has ended.
-func (w *Worker) admit(ctx context.Context) (*lane, int) {
+// and a run may be pulled from (not paused, not held back for the tail,
+// not found empty and waiting out its back-off), then takes every free
+// slot and shares them between the runs (grantSlots). It returns the
+// shares, in the order to try them, the slots pending in the window
+// until each message arrives or is given back; nil once ctx has ended.
+func (w *Worker) admit(ctx context.Context) []laneGrant {
 	for {
 		w.breaker.wait(ctx)
 		changed := w.lanesChanged.watch()
 		n := w.win.acquirePull(ctx, w.win.capacity())
 		if n == 0 {
-			return nil, 0
+			return nil
 		}
-		if l := w.pickLane(); l != nil {
-			return l, n
+		lanes, cs, next := w.sched.candidates(w.serving(), time.Now())
+		if len(lanes) > 0 {
+			gs := grantSlots(n, cs)
+			out := make([]laneGrant, len(gs))
+			for j, g := range gs {
+				out[j] = laneGrant{lane: lanes[g.i], n: g.n}
+			}
+			return out
 		}
-		// Every lane is held back: wait for the plan to change.
+		// No run to pull from now: wait for one.
 		w.win.unused(n)
+		var due <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(time.Until(next))
+			due = t.C
+		}
 		select {
 		case <-ctx.Done():
-			return nil, 0
 		case <-changed:
+		case <-due:
+		}
+		if t != nil {
+			t.Stop()
 		}
 	}
 }
 
-// pickLane is the lane to pull from now: the first that is not held
-// back; nil when every lane is.
-func (w *Worker) pickLane() *lane {
-	for _, l := range w.serving() {
-		if !l.tailHold.Load() {
-			return l
-		}
-	}
-	return nil
+// laneGrant is n slots to fill from a lane's run; a share that its run
+// cannot fill passes on to the next.
+type laneGrant struct {
+	lane *lane
+	n    int
 }
 
 // signal is a broadcast that something changed: watch returns a channel

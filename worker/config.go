@@ -50,8 +50,17 @@ const (
 
 // Config configures a worker. Zero fields take the defaults above.
 type Config struct {
-	// Run is the run to work on; required.
-	Run string
+	// Run is the run to work on, or Runs the runs, or AllRuns every run;
+	// exactly one is required. With Run the worker waits for the run's
+	// manifest and refuses a backend that does not serve its model. With
+	// Runs or AllRuns it serves each run as its manifest appears in the
+	// runs bucket, runs produced after it started included (AllRuns: every
+	// one), and skips, saying so in a heartbeat, a run whose model its
+	// backend does not serve. Free slots are shared between the runs by
+	// their schedules (schema.Schedule).
+	Run     string
+	Runs    []string
+	AllRuns bool
 	// Name identifies the worker in heartbeats and results. Empty means
 	// "<host>-<random>", unique per process, so that a restarted worker
 	// starts a new heartbeat series.
@@ -157,10 +166,34 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// workerLogger is cfg's logger with the worker's name, and the run's
+// when it serves one run.
+func workerLogger(cfg Config) *slog.Logger {
+	if cfg.Run != "" {
+		return cfg.Logger.With("worker", cfg.Name, "run", cfg.Run)
+	}
+	return cfg.Logger.With("worker", cfg.Name)
+}
+
 // Validate reports the first configuration problem.
 func (c Config) Validate() error {
-	if err := schema.ValidateRun(c.Run); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	set := 0
+	for _, b := range []bool{c.Run != "", len(c.Runs) > 0, c.AllRuns} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return errors.New("worker: give exactly one of a run, a list of runs, or all runs")
+	}
+	runs := c.Runs
+	if c.Run != "" {
+		runs = []string{c.Run}
+	}
+	for _, r := range runs {
+		if err := schema.ValidateRun(r); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
 	}
 	if c.Name != "" && schema.SafeToken(c.Name) != c.Name {
 		return fmt.Errorf("worker: name %q may only hold letters, digits, '-' and '_' (it is part of the heartbeat subject)", c.Name)

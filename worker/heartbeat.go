@@ -27,22 +27,29 @@ func (w *Worker) heartbeats(ctx context.Context) {
 	}
 }
 
-// heartbeat is the worker's heartbeat for l's run.
+// heartbeat is the worker's heartbeat for l's run: the counters and
+// requests of the run, the window and free slots of the worker.
 func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
-	held, _ := w.win.holding()
+	size := w.win.capacity()
+	free := max(size-int(w.generating.Load()), 0)
 	hb := schema.Heartbeat{
 		Run: l.run, Worker: w.cfg.Name, Time: time.Now().UTC(),
 		Host: w.host, Backend: w.backendURL,
-		Window: w.win.capacity(), InFlight: held,
-		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
-		DeadLettered: w.deadLettered.Load(), Retried: w.retried.Load(),
-		InterimTurns: int(w.interimTurns.Load()), TailHold: l.tailHold.Load(),
+		Window: size, InFlight: int(l.n.held.Load()), FreeSlots: &free,
+		TokensStreamed: l.n.tokens.Load(), Completed: l.n.completed.Load(),
+		DeadLettered: l.n.deadLettered.Load(), Retried: l.n.retried.Load(),
+		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(),
 		ConsumerFull: l.consumerFull.Load(),
 	}
 	w.inFlight.Range(func(_, v any) bool {
-		hb.InFlightTokens = append(hb.InFlightTokens, int(v.(*flight).tokens.Load()))
+		if f := v.(*flight); f.lane == l {
+			hb.InFlightTokens = append(hb.InFlightTokens, int(f.tokens.Load()))
+		}
 		return true
 	})
+	if sc := l.schedule(); sc.Paused {
+		hb.Paused, hb.PausedReason = true, schema.PausedRun
+	}
 	if open, reason := w.breaker.isOpen(); open {
 		hb.Paused, hb.PausedReason = true, reason
 	}
@@ -53,9 +60,15 @@ func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 }
 
 // publishHeartbeats publishes the worker's heartbeat for each run it
-// serves.
+// serves: every period for a run it works on, and every quietEvery
+// periods for one that has had nothing to deliver for a while, so that a
+// worker of many finished runs does not fill the events stream.
 func (w *Worker) publishHeartbeats() {
+	now := time.Now()
 	for _, l := range w.serving() {
+		if l.gone.Load() || !w.beatDue(l, now) {
+			continue
+		}
 		b, err := json.Marshal(w.heartbeat(l))
 		if err != nil {
 			l.log.Error("encode heartbeat", "err", err)
@@ -65,6 +78,24 @@ func (w *Worker) publishHeartbeats() {
 			l.log.Warn("publish heartbeat", "err", err)
 		}
 	}
+}
+
+// quietEvery is how many heartbeat periods apart a run that has had
+// nothing to deliver for a minute gets its heartbeats.
+const quietEvery = 30
+
+// beatDue reports whether l's heartbeat is due now. Only the heartbeats
+// goroutine calls it.
+func (w *Worker) beatDue(l *lane, now time.Time) bool {
+	tokens := l.n.tokens.Load()
+	quiet := w.cfg.Run == "" && l.n.held.Load() == 0 && tokens == l.beat.tokens && w.sched.idleFor(l, now) >= emptyLongAfter
+	l.beat.tokens = tokens
+	if !quiet {
+		l.beat.quiet = 0
+		return true
+	}
+	l.beat.quiet++
+	return l.beat.quiet%quietEvery == 1
 }
 
 // baseURLer is implemented by backends that can say where they send

@@ -36,6 +36,48 @@ type lane struct {
 	tailHold     atomic.Bool
 	tailHolds    atomic.Int64
 	consumerFull atomic.Bool
+	// n counts what the worker did for the run.
+	n laneCounts
+	// sched is the run's schedule as last read from its manifest (nil:
+	// the zero schedule); gone is set once the run's manifest is deleted:
+	// nothing more is pulled, and what is held finishes.
+	sched atomic.Pointer[schema.Schedule]
+	gone  atomic.Bool
+	// beat is what the heartbeats goroutine remembers of the run.
+	beat struct {
+		tokens int64
+		quiet  int
+	}
+}
+
+// schedule is the run's schedule now.
+func (l *lane) schedule() schema.Schedule {
+	if s := l.sched.Load(); s != nil {
+		return *s
+	}
+	return schema.Schedule{}
+}
+
+// laneCounts are a worker's counters for one run: its heartbeats for the
+// run carry them, and Stats sums them over the runs.
+type laneCounts struct {
+	// tokens counts completion tokens streamed, those of requests that
+	// later failed included; turns the answers generated and kept.
+	tokens, turns atomic.Int64
+	completed     atomic.Int64
+	deadLettered  atomic.Int64
+	retried       atomic.Int64
+	// handedBack counts prompts handed back during outages, and
+	// tailHandedBack those handed back at the end of the run for an idle
+	// worker (tail.go).
+	handedBack, tailHandedBack atomic.Int64
+	// alreadySettled counts redelivered prompts settled with the outcome
+	// an earlier delivery stored, without generating them again.
+	alreadySettled atomic.Int64
+	// interimTurns counts the stored turns of the conversations held.
+	interimTurns atomic.Int64
+	// held counts the run's prompts delivered and not yet settled.
+	held atomic.Int64
 }
 
 // serving is the lanes of the runs the worker serves now, in its order;

@@ -55,50 +55,48 @@ var errorLabels = []string{ErrorServer, ErrorOverloaded, ErrorBadRequest, ErrorM
 var durationBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}
 
 // metrics are one worker's Prometheus metrics, every one labelled with
-// the worker's name and its run. A nil *metrics records nothing: a
+// the worker's name and a run: the run a request, outcome or count is
+// of; for what belongs to the worker (its window, its breaker), every
+// run it serves, one series each, so that a dashboard filtered by run
+// shows the workers of that run. A nil *metrics records nothing: a
 // worker without Config.Metrics.
 type metrics struct {
 	outcomes *prometheus.CounterVec
 	errors   *prometheus.CounterVec
-	ttft     prometheus.Histogram
-	latency  prometheus.Histogram
+	ttft     *prometheus.HistogramVec
+	latency  *prometheus.HistogramVec
 }
 
 // registerMetrics registers w's metrics with reg: those counted as they
 // happen, and a collector that reads the worker's state at scrape time.
 func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
-	labels := prometheus.Labels{"worker": w.cfg.Name, "run": w.cfg.Run}
+	labels := prometheus.Labels{"worker": w.cfg.Name}
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_outcomes_total",
 			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down, worker stopping, or waiting without a first token at the end of the run while another worker was idle).",
 			ConstLabels: labels,
-		}, []string{"outcome"}),
+		}, []string{"run", "outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_backend_errors_total",
 			Help:        "Failed requests to the backend, by class: server (5xx, error mid-stream, connection refused or cut, timeout), overloaded (429 and other try-later refusals), bad_request (400 before streaming), misconfigured (credentials refused, model not served).",
 			ConstLabels: labels,
-		}, []string{"class"}),
-		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"run", "class"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "aerie_worker_time_to_first_token_seconds",
 			Help:        "Time from sending a request to its first streamed token, of the requests answered.",
 			ConstLabels: labels,
 			Buckets:     durationBuckets,
-		}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"run"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:        "aerie_worker_request_duration_seconds",
 			Help:        "Time from sending a request to its last token, of the requests answered.",
 			ConstLabels: labels,
 			Buckets:     durationBuckets,
-		}),
+		}, []string{"run"}),
 	}
-	// Every label value from the start, so that rates and alerts see a
-	// zero rather than no series.
-	for _, o := range outcomeLabels {
-		m.outcomes.WithLabelValues(o)
-	}
-	for _, c := range errorLabels {
-		m.errors.WithLabelValues(c)
+	if w.cfg.Run != "" {
+		m.addRun(w.cfg.Run)
 	}
 	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, newStateCollector(w, labels)} {
 		if err := reg.Register(c); err != nil {
@@ -109,22 +107,38 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 	return nil
 }
 
+// addRun makes every label value of run's series from the start, so that
+// rates and alerts see a zero rather than no series.
+func (m *metrics) addRun(run string) {
+	if m == nil {
+		return
+	}
+	for _, o := range outcomeLabels {
+		m.outcomes.WithLabelValues(run, o)
+	}
+	for _, c := range errorLabels {
+		m.errors.WithLabelValues(run, c)
+	}
+	m.ttft.WithLabelValues(run)
+	m.latency.WithLabelValues(run)
+}
+
 // request records one request to the backend: its timings when answered,
 // its class when it failed. A request ended by the worker's own context
 // says nothing about the backend and is not counted.
-func (m *metrics) request(c *openai.Completion, err error) {
+func (m *metrics) request(run string, c *openai.Completion, err error) {
 	if m == nil {
 		return
 	}
 	if err == nil {
 		if c != nil {
-			m.ttft.Observe(c.TTFT.Seconds())
-			m.latency.Observe(c.Latency.Seconds())
+			m.ttft.WithLabelValues(run).Observe(c.TTFT.Seconds())
+			m.latency.WithLabelValues(run).Observe(c.Latency.Seconds())
 		}
 		return
 	}
 	if class := errorClass(err); class != "" {
-		m.errors.WithLabelValues(class).Inc()
+		m.errors.WithLabelValues(run, class).Inc()
 	}
 }
 
@@ -144,12 +158,12 @@ func errorClass(err error) string {
 	return ""
 }
 
-// settled counts a delivery settled with outcome o.
-func (m *metrics) settled(o string) {
+// settled counts a delivery of run settled with outcome o.
+func (m *metrics) settled(run, o string) {
 	if m == nil {
 		return
 	}
-	m.outcomes.WithLabelValues(o).Inc()
+	m.outcomes.WithLabelValues(run, o).Inc()
 }
 
 // completedOutcome is the outcome of a stored answer: truncated when its
@@ -170,7 +184,7 @@ func deadLetterOutcome(reason string) string {
 }
 
 // stateCollector reads a worker's state at scrape time: what it holds,
-// what it has streamed, and its breaker.
+// what it has streamed, and its breaker, for each run it serves.
 type stateCollector struct {
 	w                                    *Worker
 	inFlight, generating, window, tokens *prometheus.Desc
@@ -179,16 +193,18 @@ type stateCollector struct {
 }
 
 func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
-	desc := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, labels) }
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"run"}, labels)
+	}
 	return &stateCollector{
 		w:             w,
-		inFlight:      desc("aerie_worker_prompts_in_flight", "Prompts delivered to the worker and not yet settled."),
-		generating:    desc("aerie_worker_requests_generating", "Requests at the backend now (never more than the window)."),
-		window:        desc("aerie_worker_window_size", "The most requests the worker may have at its backend at once now: --window, or what --window auto has set it to."),
-		tokens:        desc("aerie_worker_streamed_tokens_total", "Completion tokens streamed from the backend, those of requests that later failed included."),
+		inFlight:      desc("aerie_worker_prompts_in_flight", "The run's prompts delivered to the worker and not yet settled."),
+		generating:    desc("aerie_worker_requests_generating", "Requests at the backend now, for every run the worker serves (never more than the window)."),
+		window:        desc("aerie_worker_window_size", "The most requests the worker may have at its backend at once now, for every run it serves: --window, or what --window auto has set it to."),
+		tokens:        desc("aerie_worker_streamed_tokens_total", "The run's completion tokens streamed from the backend, those of requests that later failed included."),
 		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
-		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
+		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt of the run because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
 		consumerFull:  desc("aerie_worker_consumer_full", "1 from when the run's consumer is found with as many prompts delivered and unsettled as its MaxAckPending, prompts waiting and this worker's slots free (no worker gets more until some are settled), until it is seen with room; 0 otherwise."),
 	}
 }
@@ -201,25 +217,29 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	w := c.w
-	held, _ := w.win.holding()
 	open, _ := w.breaker.isOpen()
-	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	counter := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	generating, window, paused := float64(w.generating.Load()), float64(w.win.capacity()), w.breaker.pausedFor().Seconds()
+	lanes := w.serving()
+	if len(lanes) == 0 && w.cfg.Run != "" {
+		// Waiting for the run's manifest: its series are there, at zero.
+		lanes = []*lane{{run: w.cfg.Run}}
 	}
-	gauge(c.inFlight, float64(held))
-	gauge(c.generating, float64(w.generating.Load()))
-	gauge(c.window, float64(w.win.capacity()))
-	counter(c.tokens, float64(w.tokens.Load()))
-	gauge(c.breakerOpen, boolValue(open))
-	counter(c.pausedSeconds, w.breaker.pausedFor().Seconds())
-	var hold, full bool
-	for _, l := range w.serving() {
-		hold = hold || l.tailHold.Load()
-		full = full || l.consumerFull.Load()
+	for _, l := range lanes {
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l.run)
+		}
+		counter := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l.run)
+		}
+		gauge(c.inFlight, float64(l.n.held.Load()))
+		gauge(c.generating, generating)
+		gauge(c.window, window)
+		counter(c.tokens, float64(l.n.tokens.Load()))
+		gauge(c.breakerOpen, boolValue(open))
+		counter(c.pausedSeconds, paused)
+		gauge(c.tailHold, boolValue(l.tailHold.Load()))
+		gauge(c.consumerFull, boolValue(l.consumerFull.Load()))
 	}
-	gauge(c.tailHold, boolValue(hold))
-	gauge(c.consumerFull, boolValue(full))
 }
 
 func boolValue(b bool) float64 {

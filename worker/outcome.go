@@ -135,18 +135,18 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 				return
 			}
 			if ctx.Err() != nil {
-				w.metrics.settled(OutcomeHandedBack)
+				w.metrics.settled(d.lane.run, OutcomeHandedBack)
 				d.nak(0, log)
 				return
 			}
 			log.Error("cannot store result; prompt will be retried", "err", perr)
-			w.metrics.settled(OutcomeTransient)
+			w.metrics.settled(d.lane.run, OutcomeTransient)
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
 		// The stored turns are now part of a result: heartbeats no longer
 		// count them as interim.
-		w.interimTurns.Add(-int64(j.stored))
+		j.lane.n.interimTurns.Add(-int64(j.stored))
 		j.stored = 0
 		if j.all && j.k > 1 {
 			// Before the ack, so that a worker that dies in between
@@ -159,50 +159,50 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			// acknowledged without being generated again.
 			log.Warn("ack failed after result was stored", "err", aerr)
 		}
-		w.completed.Add(1)
-		w.metrics.settled(completedOutcome(j))
+		d.lane.n.completed.Add(1)
+		w.metrics.settled(d.lane.run, completedOutcome(j))
 	case retry:
-		w.retried.Add(1)
-		w.metrics.settled(OutcomeTransient)
+		d.lane.n.retried.Add(1)
+		w.metrics.settled(d.lane.run, OutcomeTransient)
 		d.nak(delay, log)
 	case outage:
-		w.handedBack.Add(1)
-		w.metrics.settled(OutcomeHandedBack)
+		d.lane.n.handedBack.Add(1)
+		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		d.nak(w.cfg.OutageRetry, log)
 	case handBack:
-		w.metrics.settled(OutcomeHandedBack)
+		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		d.nak(0, log)
 	case tailBack:
-		w.tailHandedBack.Add(1)
-		w.metrics.settled(OutcomeHandedBack)
+		d.lane.n.tailHandedBack.Add(1)
+		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		log.Debug("handed back for an idle worker: no first token yet at the end of the run")
 		d.nak(0, log)
 	case later:
 		if ctx.Err() != nil {
-			w.metrics.settled(OutcomeHandedBack)
+			w.metrics.settled(d.lane.run, OutcomeHandedBack)
 			d.nak(0, log)
 			return
 		}
 		log.Error("cannot store or read a finished turn; prompt will be continued later", "err", err)
-		w.metrics.settled(OutcomeTransient)
+		w.metrics.settled(d.lane.run, OutcomeTransient)
 		d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 	case deadLetter:
 		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
 		if derr := w.publishDeadLetter(ctx, d, j, reason, err); derr != nil {
 			if errors.Is(derr, errSuperseded) {
 				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
-				w.metrics.settled(OutcomeTransient)
+				w.metrics.settled(d.lane.run, OutcomeTransient)
 				d.nak(w.cfg.OutageRetry, log)
 				return
 			}
 			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
-			w.metrics.settled(OutcomeTransient)
+			w.metrics.settled(d.lane.run, OutcomeTransient)
 			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 			return
 		}
 		d.term(reason, log)
-		w.deadLettered.Add(1)
-		w.metrics.settled(deadLetterOutcome(reason))
+		d.lane.n.deadLettered.Add(1)
+		w.metrics.settled(d.lane.run, deadLetterOutcome(reason))
 	}
 }
 

@@ -29,7 +29,7 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 		return
 	}
 	j := newJob(ln, p)
-	defer func() { w.interimTurns.Add(-int64(j.stored)) }()
+	defer func() { ln.n.interimTurns.Add(-int64(j.stored)) }()
 	if d.attempt > 1 && w.settledBefore(ctx, d, j) {
 		return
 	}
@@ -120,7 +120,7 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 	if err != nil {
 		return nil, err
 	}
-	w.turnsGenerated.Add(1)
+	j.lane.n.turns.Add(1)
 	if a.Model != "" {
 		j.model = a.Model
 	}
@@ -154,7 +154,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 		w.startGenerating()
 		comp, err := w.chat(ctx, f, req, func(n int) {
 			f.tokens.Add(int64(n))
-			w.tokens.Add(int64(n))
+			j.lane.n.tokens.Add(int64(n))
 		})
 		if err == nil && req.ReturnTokenIDs && lacksTokenIDs(comp) {
 			// Stored without them, the answer would be useless to the
@@ -163,7 +163,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 		}
 		w.generating.Add(-1)
 		w.breaker.record(err)
-		w.metrics.request(comp, err)
+		w.metrics.request(j.lane.run, comp, err)
 		if err != nil {
 			return nil, err
 		}

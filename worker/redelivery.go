@@ -44,7 +44,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 		if err := d.ack(ctx); err != nil {
 			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
 		}
-		w.alreadySettled.Add(1)
+		j.lane.n.alreadySettled.Add(1)
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
 		return true
 	}
@@ -60,7 +60,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 		return false
 	}
 	d.term(dead.Header.Get(schema.HeaderReason), log)
-	w.alreadySettled.Add(1)
+	j.lane.n.alreadySettled.Add(1)
 	log.Info("redelivered prompt was dead-lettered on an earlier delivery: terminated without generating it")
 	return true
 }
@@ -79,7 +79,7 @@ func (w *Worker) settleAnswered(ctx context.Context, d *delivery, j *job) {
 	if err := d.ack(ctx); err != nil {
 		log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
 	}
-	w.alreadySettled.Add(1)
+	j.lane.n.alreadySettled.Add(1)
 	log.Info("conversation answered by another delivery meanwhile: acknowledged without generating its other turns")
 }
 

@@ -72,17 +72,15 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 }
 
 // followPeers follows, until ctx ends, the heartbeats of the other
-// workers of each run served. Without them no prompt is handed back, nor
-// pull held back, at the end of the run.
-func (w *Worker) followPeers(ctx context.Context) {
-	for _, l := range w.serving() {
-		sub, err := w.nc.Subscribe(schema.HeartbeatFilter(l.run), l.peers.heard(w.cfg.Name))
-		if err != nil {
-			l.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
-			continue
-		}
-		context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
+// workers of l's run. Without them no prompt is handed back, nor pull
+// held back, at the end of the run.
+func (w *Worker) followPeers(ctx context.Context, l *lane) {
+	sub, err := w.nc.Subscribe(schema.HeartbeatFilter(l.run), l.peers.heard(w.cfg.Name))
+	if err != nil {
+		l.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
+		return
 	}
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 }
 
 // handBackWait is how long a request must have waited without a first
@@ -167,6 +165,9 @@ func (p *peers) heard(self string) nats.MsgHandler {
 		// Slots are taken by the requests generating, one entry each in
 		// InFlightTokens; prompts being stored hold none.
 		free := hb.Window - len(hb.InFlightTokens)
+		if hb.FreeSlots != nil {
+			free = *hb.FreeSlots
+		}
 		if hb.Paused {
 			free = 0 // a paused worker pulls nothing
 		}

@@ -60,7 +60,7 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		}
 		j.turns[i] = stored
 		j.stored++
-		w.interimTurns.Add(1)
+		j.lane.n.interimTurns.Add(1)
 		if w.answered(ctx, j) {
 			return errAnswered
 		}
@@ -156,7 +156,7 @@ func (w *Worker) loadTurns(ctx context.Context, j *job) error {
 		default:
 			j.turns = append(j.turns, t)
 			j.stored++
-			w.interimTurns.Add(1)
+			j.lane.n.interimTurns.Add(1)
 			continue
 		}
 		return w.purgeTurnsFrom(ctx, j, i)

@@ -46,34 +46,26 @@ type Worker struct {
 	// changes.
 	lanes        atomic.Pointer[[]*lane]
 	lanesChanged signal
+	// sched shares the free slots between the runs (schedule.go);
+	// skipped holds a skippedRun by run name for the runs not served, and
+	// models the backend's model list (runswatch.go).
+	sched   scheduler
+	skipped sync.Map
+	models  modelCache
 
 	win      *window
 	inFlight sync.Map // *flight by stream sequence, while a request generates
 	attempts jetstream.KeyValue
 	breaker  *breaker
 
-	tokens atomic.Int64
-	// turnsGenerated counts answers generated (Stats.Turns).
-	turnsGenerated atomic.Int64
-	completed      atomic.Int64
-	deadLettered   atomic.Int64
-	retried        atomic.Int64
-	handedBack     atomic.Int64 // prompts handed back during outages
-	// tailHandedBack counts prompts handed back at the end of a run for
-	// an idle worker (tail.go); ttfts keeps the backend's shortest time
-	// to first token, and latency the moving mean of this worker's
-	// request times (tailhold.go).
-	tailHandedBack atomic.Int64
-	ttfts          ttftLeast
-	latency        latencyMean
-	// alreadySettled counts redelivered prompts settled with the outcome
-	// an earlier delivery stored, without generating them again.
-	alreadySettled atomic.Int64
+	// ttfts keeps the backend's shortest time to first token, and
+	// latency the moving mean of this worker's request times
+	// (tailhold.go).
+	ttfts   ttftLeast
+	latency latencyMean
 	// generating and maxGenerating count the requests at the backend.
 	generating, maxGenerating atomic.Int64
-	// interimTurns counts the stored turns of the conversations held.
-	interimTurns atomic.Int64
-	paused       atomic.Pointer[string]
+	paused                    atomic.Pointer[string]
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 
@@ -122,7 +114,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		js:      js,
 		nc:      js.Conn(),
 		backend: backend,
-		log:     cfg.Logger.With("worker", cfg.Name, "run", cfg.Run),
+		log:     workerLogger(cfg),
 		win:     newWindow(cfg.Window, heldPerSlot*cfg.Window),
 	}
 	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
@@ -174,6 +166,18 @@ type Stats struct {
 	// Turns counts the answers generated and kept: one per completed
 	// prompt with --turns last, one per turn with --turns all.
 	Turns int64
+	// Runs are the counters of each run served, by name.
+	Runs map[string]RunStats
+}
+
+// RunStats are a worker's counters for one run.
+type RunStats struct {
+	// InFlight is the run's prompts delivered and not yet settled.
+	InFlight                       int
+	TokensStreamed, Turns          int64
+	Completed, DeadLettered        int64
+	Retry, HandedBack              int64
+	TailHandedBack, AlreadySettled int64
 }
 
 // Stats returns the worker's counters. MaxInFlight is the most prompts
@@ -184,12 +188,20 @@ func (w *Worker) Stats() Stats {
 	held, maxHeld := w.win.holding()
 	s := Stats{
 		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
-		TokensStreamed: w.tokens.Load(), Completed: w.completed.Load(),
-		DeadLettered: w.deadLettered.Load(), Retry: w.retried.Load(),
-		HandedBack: w.handedBack.Load(), TailHandedBack: w.tailHandedBack.Load(), Paused: w.breaker.pausedFor(),
-		AlreadySettled: w.alreadySettled.Load(), Turns: w.turnsGenerated.Load(),
+		Paused: w.breaker.pausedFor(), Runs: map[string]RunStats{},
 	}
 	for _, l := range w.serving() {
+		s.Runs[l.run] = RunStats{InFlight: int(l.n.held.Load()), TokensStreamed: l.n.tokens.Load(), Turns: l.n.turns.Load(),
+			Completed: l.n.completed.Load(), DeadLettered: l.n.deadLettered.Load(), Retry: l.n.retried.Load(),
+			HandedBack: l.n.handedBack.Load(), TailHandedBack: l.n.tailHandedBack.Load(), AlreadySettled: l.n.alreadySettled.Load()}
+		s.TokensStreamed += l.n.tokens.Load()
+		s.Completed += l.n.completed.Load()
+		s.DeadLettered += l.n.deadLettered.Load()
+		s.Retry += l.n.retried.Load()
+		s.HandedBack += l.n.handedBack.Load()
+		s.TailHandedBack += l.n.tailHandedBack.Load()
+		s.AlreadySettled += l.n.alreadySettled.Load()
+		s.Turns += l.n.turns.Load()
 		s.TailHolds += l.tailHolds.Load()
 		s.ConsumerFull = s.ConsumerFull || l.consumerFull.Load()
 	}
@@ -200,20 +212,28 @@ func (w *Worker) Stats() Stats {
 // prompts finish for up to Config.Grace, hands back the rest and returns
 // nil. It returns an error only if it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
-	err := w.start(ctx)
+	kv, err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	l := w.serving()[0]
 	window := any(w.cfg.Window)
 	if w.cfg.AutoWindow {
 		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
 	}
-	w.log.Info("worker started", "model", l.manifest.Model, "window", window, "turns", l.manifest.TurnsMode(),
-		"ack_wait", l.ackWait, "max_deliver", l.maxDeliver, "total", l.manifest.Total)
+	if w.cfg.Run != "" {
+		l := w.serving()[0]
+		w.log.Info("worker started", "model", l.manifest.Model, "window", window, "turns", l.manifest.TurnsMode(),
+			"ack_wait", l.ackWait, "max_deliver", l.maxDeliver, "total", l.manifest.Total)
+	} else {
+		runs := any(w.cfg.Runs)
+		if w.cfg.AllRuns {
+			runs = "all"
+		}
+		w.log.Info("worker started: serving runs as their manifests are found", "runs", runs, "window", window)
+	}
 
 	// work ends Config.Grace after ctx: in-flight requests are then
 	// cancelled and their prompts handed back.
@@ -222,7 +242,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go func() { defer close(hbDone); w.heartbeats(work) }()
 	go w.breaker.run(work)
-	w.followPeers(work)
+	for _, l := range w.serving() {
+		w.followPeers(work, l)
+	}
+	go w.watchRuns(work, kv)
 	go w.control(work)
 
 	defer w.startBatches()() // stopped once every prompt is settled
@@ -261,28 +284,17 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Context) {
 	var failures int
 	for {
-		l, n := w.admit(ctx)
-		if l == nil {
+		gs := w.admit(ctx)
+		if gs == nil {
 			return
 		}
-		batch, err := l.cons.Fetch(n, jetstream.FetchMaxWait(w.cfg.PullWait))
-		got := 0
-		if err == nil {
-			for msg := range batch.Messages() {
-				got++
-				w.win.arrived()
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ls := &lease{win: w.win, slot: true}
-					defer ls.end()
-					w.process(work, l, msg, ls)
-				}()
-			}
-			err = batch.Error()
+		asked := 0
+		for _, g := range gs {
+			asked += g.n
 		}
-		w.win.unused(n - got)
-		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		got, err := w.fetch(gs, wg, work)
+		w.win.unused(asked - got)
+		if err != nil {
 			failures++
 			d := retryDelay(failures, 100*time.Millisecond, 5*time.Second)
 			w.log.Warn("pull failed; retrying", "err", err, "in", d)
@@ -295,4 +307,54 @@ func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Cont
 		}
 		failures = 0
 	}
+}
+
+// fetch pulls the prompts of the grants, in order, each run asked for
+// its share and what the runs before it could not fill, and starts
+// processing each prompt under work. With one run to pull from it waits
+// up to PullWait for prompts; with several it does not wait, so that a
+// run with nothing to deliver holds up none of the others, and tells the
+// scheduler what each run had. It returns how many prompts came, and the
+// first error that is not "nothing to deliver".
+func (w *Worker) fetch(gs []laneGrant, wg *sync.WaitGroup, work context.Context) (int, error) {
+	wait := len(gs) == 1
+	total, carry := 0, 0
+	for _, g := range gs {
+		l, ask := g.lane, g.n+carry
+		if ask == 0 {
+			continue
+		}
+		var batch jetstream.MessageBatch
+		var err error
+		if wait {
+			batch, err = l.cons.Fetch(ask, jetstream.FetchMaxWait(w.cfg.PullWait))
+		} else {
+			batch, err = l.cons.FetchNoWait(ask)
+		}
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				w.win.arrived()
+				l.n.held.Add(1)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer l.n.held.Add(-1)
+					ls := &lease{win: w.win, slot: true}
+					defer ls.end()
+					w.process(work, l, msg, ls)
+				}()
+			}
+			err = batch.Error()
+		}
+		if got > 0 || !wait {
+			w.sched.pulled(l, ask, got, time.Now())
+		}
+		total, carry = total+got, ask-got
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+			return total, fmt.Errorf("pull the prompts of run %s: %w", l.run, err)
+		}
+	}
+	return total, nil
 }

@@ -61,7 +61,9 @@ func (b *bundle) startClient(t *testing.T, cfg worker.Config, oc openai.Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Run = b.run
+	if len(cfg.Runs) == 0 && !cfg.AllRuns {
+		cfg.Run = b.run
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}

@@ -4,19 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
+	"os"
 	"strings"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
 )
 
 func cmdWork(ctx context.Context, args []string) error {
-	fs, lf := newFlags("work", "--run NAME --backend URL [--window 200|auto] [--api-key-file F]")
+	fs, lf := newFlags("work", "(--run NAME | --runs A,B | --all-runs) --backend URL [--window 200|auto] [--api-key-file F]")
 	nf := addNATSFlags(fs, auth.Worker)
 	run := fs.String("run", "", "run name")
+	runList := fs.String("runs", "", "serve these runs (comma-separated), sharing the window by each run's priority and weight (aerie runs set); a run produced later is served when its manifest appears")
+	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
 	window := addWorkerWindowFlags(fs)
 	grace := addGraceFlag(fs)
@@ -25,7 +29,14 @@ func cmdWork(ctx context.Context, args []string) error {
 	idle := fs.Duration("idle-timeout", openai.DefaultIdleTimeout, "a request fails (and is tried again) when the server sends nothing for this long after its first token; a long answer that keeps streaming never does")
 	total := fs.Duration("request-timeout", 0, "optional cap on one answer from request to last token, however steadily it streams (0: no cap)")
 	metricsListen := addMetricsFlag(fs)
-	log, err := parseRunFlags(fs, lf, args, run)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	runs, err := workerRuns(*run, *runList, *allRuns)
 	if err != nil {
 		return err
 	}
@@ -55,13 +66,42 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	wc := worker.Config{Run: *run, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
+	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
 	window.apply(&wc)
 	w, err := worker.New(wc, js, client)
 	if err != nil {
 		return err
 	}
 	return w.Run(ctx)
+}
+
+// workerRuns checks that exactly one of --run, --runs and --all-runs is
+// given and returns the runs of --runs.
+func workerRuns(run, list string, all bool) ([]string, error) {
+	var runs []string
+	for _, r := range strings.Split(list, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			if err := schema.ValidateRun(r); err != nil {
+				return nil, fmt.Errorf("--runs: %w", err)
+			}
+			runs = append(runs, r)
+		}
+	}
+	given := 0
+	for _, b := range []bool{run != "", len(runs) > 0, all} {
+		if b {
+			given++
+		}
+	}
+	switch {
+	case given == 0:
+		return nil, errors.New("--run is required: name the run (e.g. --run kimi-k25-25k), or serve several with --runs A,B or --all-runs")
+	case given > 1:
+		return nil, errors.New("give one of --run, --runs and --all-runs")
+	case run != "":
+		return nil, requireRun(run)
+	}
+	return runs, nil
 }
 
 // preflightWorker runs the doctor's preflight before a worker starts, so

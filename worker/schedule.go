@@ -1,0 +1,226 @@
+package worker
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// A worker that serves several runs shares its free slots between them
+// (see grantSlots): the runs of the highest priority with prompts waiting
+// take every slot as slots free up; among runs of equal priority the
+// slots go in proportion to their weights, counted in the completion
+// tokens each run has been served (its virtual time: tokens over
+// weight); a run with nothing to deliver gives its slots to the next at
+// once (backfill). No running request is ever cut for it.
+//
+// A worker learns that a run has nothing to deliver when a pull finds
+// nothing. With several runs it pulls without waiting, so that an empty
+// run never holds up the others, and looks at an empty run again after a
+// back-off (emptyBackoff), so that idle runs cost little; with one run
+// left to look at, it waits on it as a single-run worker does.
+
+// candidate is what grantSlots knows of a run that may be pulled from.
+type candidate struct {
+	priority int
+	weight   float64
+	// vtime is the run's tokens served over its weight, from when it
+	// last became active.
+	vtime float64
+}
+
+// grant is n slots for candidate i.
+type grant struct {
+	i, n int
+}
+
+// grantSlots shares n free slots between the candidates: the highest
+// priority ones get them all, in proportion to their weights, the runs
+// furthest behind (least virtual time) first and taking the rounding; the
+// lower priority ones follow with none, in the order they are tried when
+// the ones before them have nothing to deliver (their slots then pass
+// on). Every candidate appears once, highest priority first, then least
+// virtual time.
+func grantSlots(n int, cs []candidate) []grant {
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if cs[a].priority != cs[b].priority {
+			return cs[b].priority - cs[a].priority
+		}
+		switch {
+		case cs[a].vtime < cs[b].vtime:
+			return -1
+		case cs[a].vtime > cs[b].vtime:
+			return 1
+		}
+		return 0
+	})
+	out := make([]grant, len(order))
+	if len(order) == 0 {
+		return out
+	}
+	top := cs[order[0]].priority
+	var sum float64
+	k := 0
+	for _, i := range order {
+		if cs[i].priority != top {
+			break
+		}
+		sum += cs[i].weight
+		k++
+	}
+	given := 0
+	for j, i := range order {
+		out[j] = grant{i: i}
+		if j < k {
+			out[j].n = int(math.Floor(float64(n) * cs[i].weight / sum))
+			given += out[j].n
+		}
+	}
+	for j := 0; given < n; j = (j + 1) % k {
+		out[j].n++
+		given++
+	}
+	return out
+}
+
+// Back-off of a run found empty: looked at again after emptyBackoffMin,
+// doubling to emptyBackoffMax; after emptyLongAfter empty, up to
+// emptyBackoffIdle. A prompt handed back at the end of a run for this
+// worker waits at most emptyBackoffMax.
+const (
+	emptyBackoffMin  = 100 * time.Millisecond
+	emptyBackoffMax  = 2 * time.Second
+	emptyLongAfter   = time.Minute
+	emptyBackoffIdle = 30 * time.Second
+)
+
+// scheduler keeps what sharing slots between runs remembers: each run's
+// virtual time and when it was found empty. The zero value is ready.
+type scheduler struct {
+	mu    sync.Mutex
+	lanes map[*lane]*laneSched
+}
+
+type laneSched struct {
+	vtime float64
+	// seen is the run's tokens counted into vtime so far.
+	seen int64
+	// emptySince is when pulls began to find the run empty (zero while
+	// it delivers); recheck is when it is next looked at, after backoff.
+	emptySince, recheck time.Time
+	backoff             time.Duration
+}
+
+// candidates returns the lanes that may be pulled from at now, with
+// what grantSlots needs to know of them, and, when there are none, the
+// earliest time one that is empty is looked at again (zero if none is).
+// Paused runs, runs held back for the tail and runs found empty and not
+// yet due are left out.
+func (s *scheduler) candidates(lanes []*lane, now time.Time) ([]*lane, []candidate, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lanes == nil {
+		s.lanes = map[*lane]*laneSched{}
+	}
+	var ls []*lane
+	var cs []candidate
+	var next time.Time
+	for _, l := range lanes {
+		st := s.state(l)
+		sc := l.schedule()
+		tokens := l.n.tokens.Load()
+		st.vtime += float64(tokens-st.seen) / sc.Share()
+		st.seen = tokens
+		if sc.Paused || l.tailHold.Load() || l.gone.Load() {
+			continue
+		}
+		if !st.recheck.IsZero() && now.Before(st.recheck) {
+			if next.IsZero() || st.recheck.Before(next) {
+				next = st.recheck
+			}
+			continue
+		}
+		ls = append(ls, l)
+		cs = append(cs, candidate{priority: sc.Priority, weight: sc.Share(), vtime: st.vtime})
+	}
+	if len(ls) > 0 {
+		next = time.Time{}
+	}
+	return ls, cs, next
+}
+
+// state is l's state; s.mu must be held.
+func (s *scheduler) state(l *lane) *laneSched {
+	st := s.lanes[l]
+	if st == nil {
+		st = &laneSched{}
+		s.lanes[l] = st
+		// A run that joins starts level with those running, not behind
+		// them by everything they were served before it came.
+		st.vtime = s.leastActive(l)
+	}
+	return st
+}
+
+// leastActive is the least virtual time of the runs other than l that
+// deliver; 0 when none does.
+func (s *scheduler) leastActive(l *lane) float64 {
+	least, any := 0.0, false
+	for o, st := range s.lanes {
+		if o == l || !st.emptySince.IsZero() {
+			continue
+		}
+		if !any || st.vtime < least {
+			least, any = st.vtime, true
+		}
+	}
+	return least
+}
+
+// pulled records what a pull from l found at now: got messages of the
+// asked. A run found empty is looked at again after its back-off; one
+// that delivers again after being empty starts level with the runs
+// running, so that its idle time does not buy it the fleet.
+func (s *scheduler) pulled(l *lane, asked, got int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lanes == nil {
+		s.lanes = map[*lane]*laneSched{}
+	}
+	st := s.state(l)
+	if got > 0 {
+		if !st.emptySince.IsZero() {
+			st.vtime = max(st.vtime, s.leastActive(l))
+		}
+		st.emptySince, st.recheck, st.backoff = time.Time{}, time.Time{}, 0
+		return
+	}
+	if asked == 0 {
+		return
+	}
+	if st.emptySince.IsZero() {
+		st.emptySince = now
+	}
+	limit := emptyBackoffMax
+	if now.Sub(st.emptySince) >= emptyLongAfter {
+		limit = emptyBackoffIdle
+	}
+	st.backoff = min(max(2*st.backoff, emptyBackoffMin), limit)
+	st.recheck = now.Add(st.backoff)
+}
+
+// idleFor is how long pulls have found l's run empty; 0 while it
+// delivers.
+func (s *scheduler) idleFor(l *lane, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.lanes[l]; st != nil && !st.emptySince.IsZero() {
+		return now.Sub(st.emptySince)
+	}
+	return 0
+}

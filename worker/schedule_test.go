@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+func TestGrantSlots(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		n    int
+		cs   []candidate
+		want []grant
+	}{
+		{"one run takes every slot", 7, []candidate{{weight: 1}}, []grant{{0, 7}}},
+		{"equal weights share equally", 8, []candidate{{weight: 1}, {weight: 1}}, []grant{{0, 4}, {1, 4}}},
+		{"weights 3:1", 8, []candidate{{weight: 3}, {weight: 1}}, []grant{{0, 6}, {1, 2}}},
+		{"the run furthest behind first, with the rounding", 1, []candidate{{weight: 1, vtime: 50}, {weight: 1, vtime: 10}}, []grant{{1, 1}, {0, 0}}},
+		{"rounding goes to those behind", 5, []candidate{{weight: 1, vtime: 3}, {weight: 1, vtime: 2}, {weight: 1, vtime: 1}}, []grant{{2, 2}, {1, 2}, {0, 1}}},
+		{"a higher priority takes every slot", 6, []candidate{{weight: 3}, {priority: 1, weight: 1, vtime: 99}}, []grant{{1, 6}, {0, 0}}},
+		{"lower priorities follow for backfill, highest first", 2, []candidate{{priority: -1, weight: 1}, {weight: 1}, {priority: 5, weight: 1}}, []grant{{2, 2}, {1, 0}, {0, 0}}},
+		{"no candidates, no grants", 4, nil, []grant{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := grantSlots(c.n, c.cs)
+			if !slices.Equal(got, c.want) {
+				t.Errorf("grantSlots(%d, %+v) = %v, want %v", c.n, c.cs, got, c.want)
+			}
+		})
+	}
+}
+
+// A run found empty is looked at again after a back-off that doubles to
+// emptyBackoffMax, and to emptyBackoffIdle once empty for a minute; one
+// that delivers again starts level with the runs that kept delivering.
+func TestSchedulerBackoffAndRejoin(t *testing.T) {
+	var s scheduler
+	a, b := &lane{run: "a"}, &lane{run: "b"}
+	lanes := []*lane{a, b}
+	now := t0
+	if ls, _, _ := s.candidates(lanes, now); len(ls) != 2 {
+		t.Fatalf("%d candidates at start, want 2", len(ls))
+	}
+	var waits []time.Duration
+	for range 6 {
+		s.pulled(b, 4, 0, now)
+		ls, _, _ := s.candidates(lanes, now)
+		if len(ls) != 1 || ls[0] != a {
+			t.Fatalf("candidates while b backs off: %v", ls)
+		}
+		next := s.lanes[b].recheck
+		waits = append(waits, next.Sub(now))
+		if _, _, due := s.candidates([]*lane{b}, now); !due.Equal(next) {
+			t.Fatalf("with b alone, the next look is at %v, want %v", due, next)
+		}
+		now = next
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 2 * time.Second}
+	if !slices.Equal(waits, want) {
+		t.Errorf("back-offs %v, want %v", waits, want)
+	}
+	// b stays empty for a minute: looked at every 30 s at most then.
+	s.pulled(b, 4, 0, t0.Add(emptyLongAfter))
+	s.pulled(b, 4, 0, t0.Add(emptyLongAfter+time.Second))
+	if st := s.lanes[b]; st.backoff <= emptyBackoffMax || st.backoff > emptyBackoffIdle {
+		t.Errorf("back-off after a minute empty: %v", st.backoff)
+	}
+	// a is served 1,000 tokens meanwhile; b rejoins level with it.
+	a.n.tokens.Add(1000)
+	s.candidates(lanes, now)
+	s.pulled(a, 4, 4, now)
+	s.pulled(b, 4, 2, now.Add(time.Hour))
+	_, cs, _ := s.candidates(lanes, now.Add(time.Hour))
+	if len(cs) != 2 || cs[0].vtime != 1000 || cs[1].vtime != 1000 {
+		t.Errorf("virtual times after b rejoins: %+v, want both 1000", cs)
+	}
+}
+
+// Virtual time counts tokens over the weight in force when they were
+// served: changing a weight does not rewrite the past.
+func TestVirtualTimeFollowsWeightChanges(t *testing.T) {
+	var s scheduler
+	a := &lane{run: "a"}
+	a.n.tokens.Add(300)
+	s.candidates([]*lane{a}, t0)
+	a.sched.Store(&schema.Schedule{Weight: 3})
+	a.n.tokens.Add(300)
+	_, cs, _ := s.candidates([]*lane{a}, t0)
+	if cs[0].vtime != 400 || cs[0].weight != 3 {
+		t.Errorf("vtime %v weight %v, want 300/1 + 300/3 = 400 and 3", cs[0].vtime, cs[0].weight)
+	}
+}
