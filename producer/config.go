@@ -76,6 +76,12 @@ type Config struct {
 	// and answer (vLLM's return_token_ids), stored with each turn. False,
 	// the default, asks for none.
 	ReturnTokenIDs bool
+	// Schedule is how the run shares workers that serve several runs
+	// (priority, weight), stored in the manifest when the run is first
+	// produced; nil means the default schedule. A run produced again
+	// keeps its stored schedule (`aerie runs set` changes it): a schedule
+	// given that differs is reported, not applied.
+	Schedule *schema.Schedule
 	// SkipInvalid publishes the valid lines when some are invalid (the
 	// problems are logged and reported). False, the default, publishes
 	// nothing when any line is invalid: a run should not silently miss

@@ -64,6 +64,9 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 		Prompts:        sc.report.Valid,
 		TotalTurns:     sc.report.Turns,
 	}
+	if cfg.Schedule != nil {
+		m.Schedule = *cfg.Schedule
+	}
 	if cfg.turnsAll() {
 		m.Turns = schema.TurnsAll
 		m.ContextReasoning = contextReasoning(cfg.ContextReasoning)
@@ -92,6 +95,11 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	}
 	if err := checkPromptSet(ctx, js, cfg, sc, old, m); err != nil {
 		return nil, false, err
+	}
+	if cfg.Schedule != nil && *cfg.Schedule != old.Schedule {
+		cfg.Logger.Warn("the run exists: its stored schedule is kept; change it with `aerie runs set`",
+			"run", cfg.Run, "stored_priority", old.Priority, "stored_weight", old.Share(), "stored_paused", old.Paused,
+			"given_priority", cfg.Schedule.Priority, "given_weight", cfg.Schedule.Share())
 	}
 	return old, false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -381,5 +382,32 @@ func TestTurnsAllProduce(t *testing.T) {
 	var conflict *ManifestConflictError
 	if _, err := Run(ctxFor(t), e.js, cfg); !errors.As(err, &conflict) {
 		t.Fatalf("%v, want a ManifestConflictError", err)
+	}
+}
+
+// A schedule given when a run is first produced is stored in its
+// manifest; producing the run again with another keeps the stored one
+// and says so.
+func TestScheduleIsStoredOnce(t *testing.T) {
+	e := setup(t)
+	cfg := e.config(e.file(t, "a.jsonl", promptLines(0, 4)))
+	cfg.Schedule = &schema.Schedule{Priority: 3, Weight: 2}
+	if _, err := Run(ctxFor(t), e.js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if m := storedManifest(t, e.js, cfg.Run); m.Schedule != (schema.Schedule{Priority: 3, Weight: 2}) {
+		t.Fatalf("stored schedule %+v", m.Schedule)
+	}
+	var logs strings.Builder
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Schedule = &schema.Schedule{Priority: 9}
+	if rep, err := Run(ctxFor(t), e.js, cfg); err != nil || rep.AlreadyQueued != 4 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if m := storedManifest(t, e.js, cfg.Run); m.Schedule != (schema.Schedule{Priority: 3, Weight: 2}) {
+		t.Errorf("schedule after producing again: %+v, want the stored one kept", m.Schedule)
+	}
+	if !strings.Contains(logs.String(), "aerie runs set") {
+		t.Errorf("producing again with another schedule does not say how to change it:\n%s", logs.String())
 	}
 }

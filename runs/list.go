@@ -26,6 +26,11 @@ type Summary struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Producer is the host that produced the run.
 	Producer string `json:"producer"`
+	// Priority, Weight and Paused are the run's schedule (aerie runs
+	// set), Weight with its default filled in.
+	Priority int     `json:"priority"`
+	Weight   float64 `json:"weight"`
+	Paused   bool    `json:"paused"`
 	// Progress is nil when no throughput event of the run is kept (none
 	// was published, or the last is older than the events stream keeps).
 	Progress *Progress `json:"progress,omitempty"`
@@ -113,7 +118,8 @@ func summarize(e jetstream.KeyValueEntry) Summary {
 	if err != nil {
 		return Summary{Run: e.Key(), Problem: fmt.Sprintf("manifest cannot be read: %v", err)}
 	}
-	return Summary{Run: e.Key(), Model: m.Model, Total: m.Total, CreatedAt: m.CreatedAt, Producer: m.Producer}
+	return Summary{Run: e.Key(), Model: m.Model, Total: m.Total, CreatedAt: m.CreatedAt, Producer: m.Producer,
+		Priority: m.Priority, Weight: m.Share(), Paused: m.Paused}
 }
 
 // lastProgress reads the last throughput event of run, or nil when the

@@ -18,16 +18,25 @@ func WriteList(w io.Writer, runs []Summary, now time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tMODEL\tPROMPTS\tCREATED\tPRODUCER\tPROGRESS")
+	fmt.Fprintln(tw, "RUN\tMODEL\tPROMPTS\tCREATED\tPRODUCER\tSCHEDULE\tPROGRESS")
 	for _, s := range runs {
 		if s.Problem != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", s.Run, s.Problem)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", s.Run, s.Problem)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Run, s.Model, s.Total,
-			s.CreatedAt.Local().Format("2006-01-02 15:04"), s.Producer, progress(s.Progress, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Run, s.Model, s.Total,
+			s.CreatedAt.Local().Format("2006-01-02 15:04"), s.Producer, schedule(s), progress(s.Progress, now))
 	}
 	return tw.Flush()
+}
+
+// schedule is a run's schedule in a few words: "p0 w1", "p5 w3 paused".
+func schedule(s Summary) string {
+	out := fmt.Sprintf("p%d w%g", s.Priority, s.Weight)
+	if s.Paused {
+		out += " paused"
+	}
+	return out
 }
 
 func progress(p *Progress, now time.Time) string {

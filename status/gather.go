@@ -43,6 +43,7 @@ func Gather(ctx context.Context, js jetstream.JetStream, run string, opts Option
 		return nil, fmt.Errorf("run %s: its manifest cannot be read: %w", run, err)
 	}
 	st.Model, st.Total, st.CreatedAt, st.Producer = m.Model, m.Total, m.CreatedAt, m.Producer
+	st.Priority, st.Weight, st.Paused = m.Priority, m.Share(), m.Paused
 	// gatherQueue comes after gatherWorkers: the consumer's count of
 	// prompts in flight replaces the workers' sum when there is one.
 	for _, step := range []func(context.Context, reader, *Run, Options, time.Time) error{

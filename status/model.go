@@ -16,6 +16,11 @@ type Run struct {
 	Total     int       `json:"total"`
 	CreatedAt time.Time `json:"created_at"`
 	Producer  string    `json:"producer"`
+	// Priority, Weight and Paused are the run's schedule (aerie runs
+	// set): how it shares workers that serve several runs.
+	Priority int     `json:"priority"`
+	Weight   float64 `json:"weight"`
+	Paused   bool    `json:"paused"`
 
 	// Phase is the last throughput event's phase; empty when there is no
 	// event (Event is nil).
@@ -109,8 +114,9 @@ type Worker struct {
 	Host    string `json:"host"`
 	Backend string `json:"backend"`
 	Window  int    `json:"window"`
-	// InFlight counts the requests the worker has at its backend (its
-	// heartbeat's in_flight_tokens).
+	// InFlight counts the requests the worker has at its backend for
+	// this run (its heartbeat's in_flight_tokens); over Window, the run's
+	// share of the worker.
 	InFlight int `json:"in_flight"`
 	// Held is the heartbeat's in_flight: the prompts the worker holds,
 	// which also counts the slots it has reserved for a pull that is

@@ -17,6 +17,11 @@ import (
 func WriteRun(w io.Writer, st *Run) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s  model %s  phase %s  %s\n", st.Run, orDash(st.Model), phaseOf(st.Phase), eventNote(st.Event, st.Run))
+	sched := fmt.Sprintf("priority %d  weight %g", st.Priority, st.Weight)
+	if st.Paused {
+		sched += "  PAUSED: workers pull none of its prompts (aerie runs set " + st.Run + " --resume)"
+	}
+	fmt.Fprintf(tw, "schedule\t%s\n", sched)
 	fmt.Fprintf(tw, "completed\t%s / %s%s\n", count(st.Completed), count(st.Total), percent(st.Completed, st.Total))
 	fmt.Fprintf(tw, "failed\t%s%s\n", count(st.Failed), reasons(st.FailedByReason))
 	if st.Truncated > 0 {
@@ -57,13 +62,22 @@ func writeWorkers(w io.Writer, st *Run) error {
 		if wk.TokensPerSec >= 0 {
 			tok = count(int(wk.TokensPerSec + 0.5))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s ago\t%s\n", wk.Name, orDash(wk.Host), orDash(wk.Backend), wk.Window,
-			count(wk.InFlight), tok, Duration(wk.Heartbeat.AgeSec), workerState(wk))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s%s\t%s\t%s ago\t%s\n", wk.Name, orDash(wk.Host), orDash(wk.Backend), wk.Window,
+			count(wk.InFlight), share(wk), tok, Duration(wk.Heartbeat.AgeSec), workerState(wk))
 	}
 	if st.WorkersNotShown > 0 {
 		fmt.Fprintf(tw, "(%d older stale workers not shown)\n", st.WorkersNotShown)
 	}
 	return tw.Flush()
+}
+
+// share is the run's share of a worker's window, when the worker gives
+// it less than all of it: " (40%)".
+func share(wk Worker) string {
+	if wk.Window <= 0 || wk.InFlight >= wk.Window || wk.InFlight == 0 && wk.Held == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d%%)", 100*wk.InFlight/wk.Window)
 }
 
 func workerState(wk Worker) string {

@@ -148,9 +148,15 @@ func cmdProduce(ctx context.Context, args []string) error {
 	fs.DurationVar(&prov.AckWait, "ack-wait", provision.DefaultAckWait, "when the run's consumer is created: how long a silent worker keeps a prompt before it is redelivered (workers progress-ack every ack-wait/3)")
 	fs.IntVar(&prov.MaxDeliver, "max-deliver", provision.DefaultMaxDeliver, "when the run's consumer is created: attempts per prompt before it is dead-lettered")
 	fs.IntVar(&prov.MaxAckPending, "max-ack-pending", provision.DefaultMaxAckPending, "when the run's consumer is created: prompts in flight across all workers; at least workers x window")
+	var sched schema.Schedule
+	fs.IntVar(&sched.Priority, "priority", 0, "when workers serve several runs (aerie work --runs, --all-runs): higher goes first and takes every slot as slots free up; change it later with aerie runs set")
+	fs.Float64Var(&sched.Weight, "weight", schema.DefaultWeight, "when workers serve several runs: the run's share among runs of equal priority, counted in generated tokens (above 0)")
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
+	}
+	if !(sched.Weight > 0) {
+		return fmt.Errorf("--weight %v: a run's weight must be above 0 (1 is the default)", sched.Weight)
 	}
 	if *prompts == "" {
 		return errors.New("--prompts is required: a JSONL file of prompts")
@@ -162,6 +168,11 @@ func cmdProduce(ctx context.Context, args []string) error {
 		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(), Policy: policy,
 		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov,
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "priority" || f.Name == "weight" {
+			cfg.Schedule = &sched
+		}
+	})
 	sf.produceSettings(&cfg)
 	if sf.model != "" {
 		if err := checkModel(ctx, bf, sf.model, log); err != nil {
