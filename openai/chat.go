@@ -52,6 +52,11 @@ type ChatRequest struct {
 	// ReturnTokenIDs asks vLLM for the token ids of the prompt and the
 	// answer (Completion.PromptTokenIDs and TokenIDs).
 	ReturnTokenIDs bool
+	// Priority is vLLM's request priority, sent as priority when not 0:
+	// under --scheduling-policy priority a lower value is served first
+	// and preempts higher ones; a server without that policy refuses any
+	// other value than 0 (400).
+	Priority int
 	// ExtraBody, a JSON object, is merged into the request body last: its
 	// keys replace any the fields above produced (a null value sends
 	// null). Empty adds nothing; anything but an object is refused
@@ -132,6 +137,7 @@ type chatBody struct {
 	ReasoningEffort    string          `json:"reasoning_effort,omitempty"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	ReturnTokenIDs     bool            `json:"return_token_ids,omitempty"`
+	Priority           int             `json:"priority,omitempty"`
 	Stream             bool            `json:"stream,omitempty"`
 	StreamOptions      *streamOptions  `json:"stream_options,omitempty"`
 }
@@ -173,6 +179,7 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 		ReasoningEffort:    req.ReasoningEffort,
 		ChatTemplateKwargs: req.ChatTemplateKwargs,
 		ReturnTokenIDs:     req.ReturnTokenIDs,
+		Priority:           req.Priority,
 	}
 	if stream {
 		body.Stream = true

@@ -90,8 +90,11 @@ type chatRequest struct {
 	ReasoningEffort     *string         `json:"reasoning_effort"`
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 	ReturnTokenIDs      *bool           `json:"return_token_ids"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
+	// Priority is vLLM's request priority: lower is served first under
+	// --scheduling-policy priority; anything but 0 is refused otherwise.
+	Priority      *int           `json:"priority"`
+	Stream        bool           `json:"stream"`
+	StreamOptions *streamOptions `json:"stream_options"`
 }
 
 type streamOptions struct {

@@ -21,6 +21,12 @@ const (
 	ReasoningFieldThink = "think"
 )
 
+// Scheduling policies (Config.SchedulingPolicy), by vLLM's names.
+const (
+	SchedulingFCFS     = "fcfs"
+	SchedulingPriority = "priority"
+)
+
 // Defaults. The calibration values approximate Kimi-K2.5 INT4 served by
 // vLLM with tensor parallelism over eight PCIe GPUs (RTX PRO 6000
 // Blackwell) at a client concurrency of 200, assuming prompts of about
@@ -69,9 +75,18 @@ type Config struct {
 	MaxModelLen int
 
 	// MaxNumSeqs caps the running sequences (vLLM's --max-num-seqs);
-	// further requests wait in an unbounded FIFO queue. Default 256,
-	// vLLM's usual default.
+	// further requests wait in an unbounded queue. Default 256, vLLM's
+	// usual default.
 	MaxNumSeqs int
+
+	// SchedulingPolicy is vLLM's --scheduling-policy: SchedulingFCFS
+	// (empty, the default) serves the queue first come first served and
+	// refuses a request with a priority other than 0, as vLLM does;
+	// SchedulingPriority orders the queue by each request's priority
+	// (lower first), then arrival, and, when the KV cache runs out,
+	// preempts the running request of the lowest priority (the highest
+	// value), the latest to arrive among equals, as vLLM's scheduler.
+	SchedulingPolicy string
 
 	// Speed scales time: 200 means simulated time runs 200 times faster
 	// than wall time. Default 1 (real time).
@@ -193,6 +208,9 @@ func (c Config) Validate() error {
 	}
 	if c.Model == "" {
 		bad("model must not be empty")
+	}
+	if c.SchedulingPolicy != "" && c.SchedulingPolicy != SchedulingFCFS && c.SchedulingPolicy != SchedulingPriority {
+		bad("scheduling policy %q: use %s or %s", c.SchedulingPolicy, SchedulingFCFS, SchedulingPriority)
 	}
 	if err := checkAPIKey(c.APIKey); err != nil {
 		bad("%v", err)

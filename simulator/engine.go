@@ -51,7 +51,7 @@ type engine struct {
 	mu         sync.Mutex
 	started    bool
 	stopped    bool
-	waiting    list.List // of *sequence, FIFO; the preempted go first
+	waiting    list.List // of *sequence, FIFO, the preempted first; by priority with SchedulingPriority
 	prefilling list.List // of *sequence, in admission order
 	decoding   decodeHeap
 	order      list.List     // running (prefilling + decoding), in admission order
@@ -66,6 +66,11 @@ type engine struct {
 	decodeBuckets   [kvBlockSize]int // decoding sequences by block offset
 	preempting      bool             // the step being scheduled preempted
 	preemptionTotal int64            // preemptions so far
+
+	// arrivals numbers the sequences submitted; ttft observes each time
+	// to first token, in simulated seconds.
+	arrivals uint64
+	ttft     histogram
 
 	generated, promptTotal int64
 	finished               map[string]int64 // by finish reason
@@ -82,6 +87,7 @@ func newEngine(cfg Config) *engine {
 		cfg:      cfg,
 		kick:     make(chan struct{}, 1),
 		kvCap:    blocksFor(cfg.KVCacheTokens),
+		ttft:     newHistogram(ttftBuckets),
 		finished: map[string]int64{finishStop: 0, finishLength: 0},
 	}
 }
@@ -102,10 +108,38 @@ func (e *engine) submit(s *sequence) error {
 	return nil
 }
 
-// enqueue puts s at the back of the queue; mu must be held.
+// enqueue puts a new s at the back of the queue, or with
+// SchedulingPriority behind every sequence of its priority or a lower
+// value; mu must be held.
 func (e *engine) enqueue(s *sequence) {
+	e.arrivals++
+	s.arrival, s.submitted = e.arrivals, e.clock
 	s.phase = phaseWaiting
+	if e.cfg.SchedulingPolicy == SchedulingPriority {
+		e.queueByPriority(s)
+		return
+	}
 	s.elem = e.waiting.PushBack(s)
+}
+
+// queueByPriority puts s in the waiting queue by (priority, arrival), as
+// vLLM's priority queue orders it; mu must be held.
+func (e *engine) queueByPriority(s *sequence) {
+	for el := e.waiting.Back(); el != nil; el = el.Prev() {
+		if o := el.Value.(*sequence); !before(s, o) {
+			s.elem = e.waiting.InsertAfter(s, el)
+			return
+		}
+	}
+	s.elem = e.waiting.PushFront(s)
+}
+
+// before reports whether a goes before b under SchedulingPriority.
+func before(a, b *sequence) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	return a.arrival < b.arrival
 }
 
 // cancel removes s wherever it is, freeing its slot at once. It is a
@@ -247,6 +281,9 @@ func (e *engine) prefill(n int) {
 		e.startDecoding(s)
 		e.generated++
 		e.fresh = append(e.fresh, s)
+		if s.kept == 0 {
+			e.ttft.observe((e.clock - s.submitted).Seconds())
+		}
 	}
 }
 

@@ -72,6 +72,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seq := newSequence(j.prompt, s.cfg.planAnswer(j.sampling.answerHash(j.key), &j.sampling, j.maxTokens))
+	if j.req.Priority != nil {
+		seq.priority = *j.req.Priority
+	}
 	if plan.cutsAnswer() {
 		j.cut, j.cutAt = plan.kind, plan.cutAfter(seq.answer.tokens)
 	}
@@ -129,6 +132,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	sp, rerr := parseSampling(&req)
 	if rerr != nil {
 		return nil, rerr
+	}
+	if req.Priority != nil && *req.Priority != 0 && s.cfg.SchedulingPolicy != SchedulingPriority {
+		return nil, badRequest("", "Got priority %d but Priority scheduling is not enabled.", *req.Priority)
 	}
 
 	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model, sampling: sp}

@@ -112,7 +112,7 @@ func (e *engine) schedule() (batch, chunk int) {
 		if e.kvBlocks+e.decodeBlocksNeeded()+blocks <= e.kvCap {
 			break
 		}
-		e.preempt(e.order.Back().Value.(*sequence))
+		e.preempt(e.victim())
 	}
 	budget := e.prefillBudget()
 	chunk, blocks := e.planPrefill(budget)
@@ -141,9 +141,27 @@ func (e *engine) prefillBudget() int {
 	return max(prefillChunkTokens-len(e.decoding), minPrefillChunk)
 }
 
+// victim is the running sequence to preempt: the last admitted, or with
+// SchedulingPriority the one of the highest priority value, the latest
+// to arrive among equals (vLLM's max over (priority, arrival)); mu must
+// be held and a sequence must be running.
+func (e *engine) victim() *sequence {
+	v := e.order.Back().Value.(*sequence)
+	if e.cfg.SchedulingPolicy != SchedulingPriority {
+		return v
+	}
+	for el := e.order.Front(); el != nil; el = el.Next() {
+		if s := el.Value.(*sequence); before(v, s) {
+			v = s
+		}
+	}
+	return v
+}
+
 // preempt frees the blocks of running sequence s and puts it back at
-// the front of the queue (vLLM's recompute preemption). Its stream
-// pauses with every token generated so far published.
+// the front of the queue, or with SchedulingPriority in its place by
+// priority and arrival (vLLM's recompute preemption). Its stream pauses
+// with every token generated so far published.
 func (e *engine) preempt(s *sequence) {
 	switch s.phase {
 	case phasePrefilling:
@@ -158,7 +176,11 @@ func (e *engine) preempt(s *sequence) {
 	e.order.Remove(s.runElem)
 	s.runElem = nil
 	s.phase = phaseWaiting
-	s.elem = e.waiting.PushFront(s)
+	if e.cfg.SchedulingPolicy == SchedulingPriority {
+		e.queueByPriority(s)
+	} else {
+		s.elem = e.waiting.PushFront(s)
+	}
 	s.preemptions++
 	e.preemptionTotal++
 	e.preempting = true

@@ -25,6 +25,7 @@ type collector struct {
 	waitingByReason            *prometheus.Desc
 	preemptions, genTokens     *prometheus.Desc
 	promptTokens, successTotal *prometheus.Desc
+	ttft                       *prometheus.Desc
 	faultsInjected             *prometheus.Desc
 }
 
@@ -45,13 +46,14 @@ func newCollector(eng *engine, counts *faultCounts, model func() string) *collec
 		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
 		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
+		ttft:         desc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
 		faultsInjected: prometheus.NewDesc("aerie_sim_faults_injected_total",
 			"Faults injected by the simulator, by kind.", []string{"kind"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.faultsInjected} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.ttft, c.faultsInjected} {
 		ch <- d
 	}
 }
@@ -82,6 +84,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range reasons {
 		counter(c.successTotal, float64(byReason[r]), r)
 	}
+	count, sum, buckets := c.eng.ttftSnapshot()
+	ch <- prometheus.MustNewConstHistogram(c.ttft, count, sum, buckets, model, engineLabel)
 	for k := faultNone + 1; k < numFaultKinds; k++ {
 		ch <- prometheus.MustNewConstMetric(c.faultsInjected, prometheus.CounterValue, float64(c.counts[k].Load()), faultLabels[k])
 	}

@@ -179,8 +179,9 @@ func TestSamplingValidation(t *testing.T) {
 		{"stop": nil, "seed": nil, "top_k": nil, "chat_template_kwargs": nil, "reasoning_effort": "low"},
 		{"reasoning_effort": "medium", "return_token_ids": false},
 		{"reasoning_effort": "high", "return_token_ids": true},
-		// Fields the simulator does not know are accepted and ignored.
-		{"logit_bias": map[string]any{"5": 1}, "guided_json": map[string]any{}, "priority": 3, "n": 1},
+		// Fields the simulator does not know are accepted and ignored;
+		// priority 0 is every request's under the fcfs policy.
+		{"logit_bias": map[string]any{"5": 1}, "guided_json": map[string]any{}, "priority": 0, "n": 1},
 	}
 	for i, fields := range good {
 		body := map[string]any{"messages": hi}

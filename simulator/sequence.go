@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // errEngineStopped ends requests still in flight when Run returns.
@@ -41,6 +42,14 @@ type sequence struct {
 	// prefills them again after the prompt. preemptions counts how
 	// often it was preempted.
 	kept, preemptions int
+
+	// priority is the request's (lower first, with
+	// SchedulingPriority); arrival numbers the sequences in the order
+	// they were submitted, and submitted is the engine's simulated clock
+	// then, from which its time to first token is measured.
+	priority  int
+	arrival   uint64
+	submitted time.Duration
 
 	// owner is the request of a Virtual engine this sequence stands for;
 	// nil in a server.

@@ -30,6 +30,14 @@ type Stats struct {
 	Faults FaultCounts
 }
 
+// ttftSnapshot reads the time-to-first-token histogram: the count, the
+// sum in simulated seconds and the cumulative count of each bucket.
+func (e *engine) ttftSnapshot() (count uint64, sum float64, buckets map[float64]uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ttft.count, e.ttft.sum, e.ttft.cumulative()
+}
+
 // snapshot reads the engine's figures under its lock.
 func (e *engine) snapshot() (Stats, map[string]int64) {
 	e.mu.Lock()

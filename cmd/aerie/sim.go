@@ -25,7 +25,8 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.StringVar(&c.Model, prefix+"model", d.Model, "model name the simulator serves")
 	fs.StringVar(&c.APIKey, prefix+"api-key", "", "require Authorization: Bearer KEY on every /v1 path, as vllm serve --api-key (/health, /metrics, /admin/ stay open; rotate with POST /admin/api-key)")
 	fs.IntVar(&c.MaxModelLen, prefix+"max-model-len", d.MaxModelLen, "context length in tokens")
-	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", d.MaxNumSeqs, "running sequences cap (vLLM --max-num-seqs); the rest queue FIFO")
+	fs.IntVar(&c.MaxNumSeqs, prefix+"max-num-seqs", d.MaxNumSeqs, "running sequences cap (vLLM --max-num-seqs); the rest queue")
+	fs.StringVar(&c.SchedulingPolicy, prefix+"scheduling-policy", simulator.SchedulingFCFS, "vLLM's --scheduling-policy: fcfs serves the queue in order and refuses requests with a priority; priority serves lower priority values first and, when the KV cache is full, preempts the running request of the highest value")
 	fs.Float64Var(&c.Speed, prefix+"speed", d.Speed, "time scale: 200 runs simulated time 200x faster than wall time")
 	fs.StringVar(&c.ReasoningField, prefix+"reasoning-field", d.ReasoningField, "where reasoning goes: reasoning, reasoning_content or think (inline <think>)")
 	fs.Int64Var(&c.Seed, prefix+"seed", d.Seed, "seed for answer lengths, text and injected faults")
@@ -85,7 +86,10 @@ func (z zeroableDuration) Set(s string) error {
 }
 
 func cmdSim(ctx context.Context, args []string) error {
-	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--kv-cache-tokens N] [--step-base D] [--step-per-seq D] [--reasoning-field F] [--seed N] [--api-key KEY]")
+	if len(args) > 0 && args[0] == "probe" {
+		return cmdSimProbe(ctx, args[1:])
+	}
+	fs, lf := newFlags("sim", "[--listen 127.0.0.1:8000] [--speed X] [--max-num-seqs N] [--scheduling-policy fcfs|priority] [--kv-cache-tokens N] [--step-base D] [--step-per-seq D] [--reasoning-field F] [--seed N] [--api-key KEY]\n       aerie sim probe --rate R [--duration D] [--backend URL]   (an interactive load; see aerie sim probe -h)")
 	listen := fs.String("listen", "127.0.0.1:8000", "host:port to serve on")
 	cfg := addSimFlags(fs, "")
 	fs.Lookup("api-key").Usage += " (default: env " + apiKeyEnv + ")"
