@@ -145,6 +145,41 @@ func checkCompletion(ctx context.Context, s *session) Result {
 		model, from, formatDuration(comp.TTFT), comp.Usage.CompletionTokens, formatDuration(comp.Latency), comp.FinishReason, reasoning)
 }
 
+// checkPriority, for workers that will yield to serving traffic, sends a
+// one-token completion with their priority: vLLM refuses any priority
+// but 0 unless it runs --scheduling-policy priority, and every request of
+// such a worker would be refused.
+func checkPriority(ctx context.Context, s *session) Result {
+	if !s.cfg.YieldToServing {
+		return skip("the workers do not yield to serving traffic (--yield-to-serving)")
+	}
+	if s.cfg.Backend == "" {
+		return skip("no backend given (--backend)")
+	}
+	if !s.passed("backend") {
+		return skip("backend not healthy (see backend)")
+	}
+	model, _, ok := s.runModel()
+	if !ok {
+		return skip("no model to ask (see model)")
+	}
+	priority := s.cfg.BatchPriority
+	if priority == 0 {
+		priority = worker.DefaultBatchPriority
+	}
+	req := openai.ChatRequest{Model: model, Messages: []openai.Message{{Role: "user", Content: completionPrompt}}, MaxTokens: 1, Priority: priority}
+	_, err := s.client.ChatStream(ctx, req, nil)
+	var apiErr *openai.APIError
+	switch {
+	case err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest && strings.Contains(apiErr.Error(), "Priority scheduling is not enabled"):
+		return fail("start vLLM with --scheduling-policy priority, which --yield-to-serving needs so that interactive requests go first, or run the workers without --yield-to-serving",
+			"the backend refuses request priorities (sent %d, as --yield-to-serving workers do): %v", priority, err)
+	case err != nil:
+		return backendFailure(err)
+	}
+	return pass("the backend takes requests of priority %d (vLLM --scheduling-policy priority)", priority)
+}
+
 // backendFailure reports an error from the backend with its class
 // (transient, permanent, auth, canceled) and what to do about it.
 func backendFailure(err error) Result {

@@ -232,7 +232,7 @@ func TestCompletionAsksWithTheRunsParameters(t *testing.T) {
 		}
 	})
 	cfg := b.cfg
-	cfg.Run, cfg.Backend, cfg.PromptsFile = "ids", proxyURL, ""
+	cfg.Run, cfg.Backend, cfg.PromptsFile, cfg.YieldToServing = "ids", proxyURL, "", false
 	rep := run(t, cfg)
 	expect(t, rep, "completion", doctor.Pass)
 	mu.Lock()

@@ -81,6 +81,13 @@ type Config struct {
 	// asks for them and fails when the backend does not return them.
 	// Once the run has a manifest, the manifest's setting is used.
 	ReturnTokenIDs bool
+	// YieldToServing says the workers will yield to serving traffic
+	// (aerie work --yield-to-serving): the test completion carries their
+	// priority, BatchPriority (zero: worker.DefaultBatchPriority), and
+	// fails, with the fix, on a server that does not run vLLM's
+	// --scheduling-policy priority, which refuses it.
+	YieldToServing bool
+	BatchPriority  int
 	// Backend is the OpenAI-compatible base URL of the LLM server, e.g.
 	// http://127.0.0.1:8000. Empty skips the backend checks.
 	Backend string
@@ -200,6 +207,7 @@ var checks = []check{
 	{"model", checkTimeout, true, checkModel},
 	{"context-length", scanTimeout, false, checkContextLength},
 	{"completion", completionTimeout, true, checkCompletion},
+	{"priority", completionTimeout, true, checkPriority},
 	{"data-dir", checkTimeout, true, checkDataDir},
 	{"disk-space", checkTimeout, true, checkDiskSpace},
 	{"units", checkTimeout, false, checkUnits},

@@ -48,13 +48,16 @@ func setup(t *testing.T) *bundle {
 		js:  js,
 		dir: dir,
 		cfg: doctor.Config{
-			NATSURL:     srv.ClientURL(),
-			Role:        auth.Admin,
-			Run:         testRun,
-			Backend:     startSim(t, simulator.Config{Model: testModel}),
-			DataDir:     filepath.Join(dir, "data"),
-			PromptsFile: writePrompts(t, dir, `{"id": "a", "prompt": "short question"}`, `{"id": "b", "prompt": "another one"}`),
-			Units:       writeUnit(t, dir, "aerie-work@.service", "ExecStart="+executableFile(t, dir)+" work --run %i"),
+			NATSURL: srv.ClientURL(),
+			Role:    auth.Admin,
+			Run:     testRun,
+			Backend: startSim(t, simulator.Config{Model: testModel, SchedulingPolicy: simulator.SchedulingPriority}),
+			// Workers that yield to serving traffic, on a server that
+			// runs the priority policy they need.
+			YieldToServing: true,
+			DataDir:        filepath.Join(dir, "data"),
+			PromptsFile:    writePrompts(t, dir, `{"id": "a", "prompt": "short question"}`, `{"id": "b", "prompt": "another one"}`),
+			Units:          writeUnit(t, dir, "aerie-work@.service", "ExecStart="+executableFile(t, dir)+" work --run %i"),
 		},
 	}
 }
@@ -171,7 +174,25 @@ func expect(t *testing.T, rep doctor.Report, name string, st doctor.Status, text
 
 var allChecks = []string{
 	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "backend", "model",
-	"context-length", "completion", "data-dir", "disk-space", "units",
+	"context-length", "completion", "priority", "data-dir", "disk-space", "units",
+}
+
+// Workers that yield to serving traffic send a priority, which vLLM
+// refuses unless it runs --scheduling-policy priority: doctor says so,
+// with the fix, and the preflight stops there.
+func TestPriorityNeedsThePolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.Backend = startSim(t, simulator.Config{Model: testModel})
+	rep := run(t, b.cfg)
+	expect(t, rep, "priority", doctor.Fail, "refuses request priorities (sent 10", "Priority scheduling is not enabled")
+	for _, r := range rep.Checks {
+		if r.Name == "priority" && !strings.Contains(r.Fix, "--scheduling-policy priority") {
+			t.Errorf("fix %q does not name --scheduling-policy priority", r.Fix)
+		}
+	}
+	b.cfg.YieldToServing = false
+	expect(t, run(t, b.cfg), "priority", doctor.Skip, "do not yield")
 }
 
 func TestHealthySetupPasses(t *testing.T) {
@@ -257,7 +278,7 @@ func TestPreflight(t *testing.T) {
 	for _, r := range pe.Report.Checks {
 		names = append(names, r.Name)
 	}
-	want := "nats permissions jetstream manifest backend model completion data-dir disk-space"
+	want := "nats permissions jetstream manifest backend model completion priority data-dir disk-space"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("preflight ran %q, want %q", got, want)
 	}

@@ -22,7 +22,7 @@ func (w *Worker) admit(ctx context.Context) []laneGrant {
 		if n == 0 {
 			return nil
 		}
-		lanes, cs, next := w.sched.candidates(w.serving(), time.Now())
+		lanes, cs, next := w.sched.candidates(w.serving(), time.Now(), w.streamed)
 		if len(lanes) > 0 {
 			gs := grantSlots(n, cs)
 			out := make([]laneGrant, len(gs))
@@ -48,6 +48,18 @@ func (w *Worker) admit(ctx context.Context) []laneGrant {
 			t.Stop()
 		}
 	}
+}
+
+// streamed is the tokens l's requests in flight have streamed so far.
+func (w *Worker) streamed(l *lane) int64 {
+	var n int64
+	w.inFlight.Range(func(_, v any) bool {
+		if f := v.(*flight); f.lane == l {
+			n += f.tokens.Load()
+		}
+		return true
+	})
+	return n
 }
 
 // laneGrant is n slots to fill from a lane's run; a share that its run

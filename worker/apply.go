@@ -52,6 +52,7 @@ func (w *Worker) apply(r readings, pl plan) {
 				"running", l.Running, "waiting", l.Waiting, "kv_cache", l.KVUsage, "preemptions", l.Preemptions)
 		}
 	}
+	w.applyYield(pl.yield)
 	if pl.retire > 0 {
 		// No slot the hand-backs free may pull their prompts back here.
 		w.win.shrinkBy(pl.retire)
@@ -75,6 +76,19 @@ func (w *Worker) apply(r readings, pl plan) {
 	}
 	if changed {
 		w.lanesChanged.notify()
+	}
+}
+
+// applyYield records the yield cap, logging when the worker begins and
+// stops yielding to serving traffic.
+func (w *Worker) applyYield(y yieldDecision) {
+	was := w.yieldCap.Swap(int64(y.cap))
+	switch {
+	case was == 0 && y.cap > 0:
+		w.yields.Add(1)
+		w.log.Info("yielding to serving traffic: window capped", "cap", y.cap, "why", y.why, "ttft_p95", y.p95.Round(time.Millisecond))
+	case was > 0 && y.cap == 0:
+		w.log.Info("serving traffic clear: window no longer capped")
 	}
 }
 

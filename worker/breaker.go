@@ -100,6 +100,9 @@ func pauseReason(f fault, err error) string {
 	if errors.Is(err, errNoTokenIDs) {
 		return err.Error()
 	}
+	if priorityRefused(err) {
+		return priorityFix
+	}
 	if f == misconfigured {
 		return "backend refuses the run's requests: " + err.Error() +
 			" (fix the key in --api-key-file, which is re-read while paused, or serve the run's model again)"

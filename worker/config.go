@@ -42,6 +42,11 @@ const (
 	// metrics: vLLM's gauges move within a second, and a reading costs
 	// the server little.
 	DefaultWindowPoll = time.Second
+	// DefaultServingTTFTSLO and DefaultBatchPriority are the defaults of
+	// YieldToServing: a second to first token is what interactive users
+	// of a chat notice; 10 leaves room below and above for other kinds.
+	DefaultServingTTFTSLO = time.Second
+	DefaultBatchPriority  = 10
 	// DefaultHandBackAfter is the least time a request must have waited
 	// without a first token before it is handed back at the end of a run
 	// (see Config.HandBackAfter).
@@ -86,6 +91,19 @@ type Config struct {
 	// metrics; zero means DefaultWindowPoll. A sped-up simulator needs it
 	// shorter by its speed.
 	WindowPoll time.Duration
+	// YieldToServing shares the backend with interactive requests (see
+	// yield.go): every request carries vLLM's priority BatchPriority, and
+	// the window is capped while requests that are not the worker's wait
+	// in the server or its TTFT p95 over the last minute is above
+	// ServingTTFTSLO. The backend must run --scheduling-policy priority.
+	YieldToServing bool
+	// ServingTTFTSLO is the interactive requests' time to first token
+	// (p95) that YieldToServing holds; zero means DefaultServingTTFTSLO.
+	ServingTTFTSLO time.Duration
+	// BatchPriority is the priority of the worker's requests with
+	// YieldToServing (vLLM: lower goes first; interactive requests have
+	// 0); zero means DefaultBatchPriority.
+	BatchPriority int
 	// HandBackAfter is how long, at least, a request must have waited
 	// without a first token before it is handed back at the end of a run:
 	// when the stream has nothing left to deliver and another worker of
@@ -153,6 +171,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WindowPoll == 0 {
 		c.WindowPoll = DefaultWindowPoll
+	}
+	if c.ServingTTFTSLO == 0 {
+		c.ServingTTFTSLO = DefaultServingTTFTSLO
+	}
+	if c.BatchPriority == 0 {
+		c.BatchPriority = DefaultBatchPriority
 	}
 	if c.HandBackAfter == 0 {
 		c.HandBackAfter = DefaultHandBackAfter

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/aerie-dev/aerie/openai"
 )
@@ -39,6 +40,20 @@ const (
 // served, until a probe gets an answer with ids.
 var errNoTokenIDs = errors.New("the backend answered without the token ids the run asks for (return_token_ids): vLLM returns them from 0.10.2 on; upgrade the server, or point --backend at one that returns them")
 
+// priorityRefused reports whether err is a server's refusal of request
+// priorities: vLLM without --scheduling-policy priority answers any
+// priority but 0 with a 400 that says so. Every request of a worker that
+// yields to serving traffic would be refused: the backend is
+// misconfigured for it, not the prompt at fault.
+func priorityRefused(err error) bool {
+	var apiErr *openai.APIError
+	return errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest &&
+		strings.Contains(apiErr.Error(), "Priority scheduling is not enabled")
+}
+
+// priorityFix is what a worker paused for refused priorities says.
+const priorityFix = "the backend refuses request priorities (--yield-to-serving sends them): start vLLM with --scheduling-policy priority, or run the worker without --yield-to-serving"
+
 // lacksTokenIDs reports whether an answer that generated tokens came
 // without its prompt's or its own token ids.
 func lacksTokenIDs(c *openai.Completion) bool {
@@ -51,7 +66,7 @@ func faultOf(err error) fault {
 	if err == nil {
 		return noFault
 	}
-	if errors.Is(err, errNoTokenIDs) {
+	if errors.Is(err, errNoTokenIDs) || priorityRefused(err) {
 		return misconfigured
 	}
 	var apiErr *openai.APIError

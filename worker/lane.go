@@ -2,6 +2,7 @@ package worker
 
 import (
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -76,9 +77,36 @@ type laneCounts struct {
 	alreadySettled atomic.Int64
 	// interimTurns counts the stored turns of the conversations held.
 	interimTurns atomic.Int64
-	// held counts the run's prompts delivered and not yet settled.
-	held atomic.Int64
+	// held counts the run's prompts delivered and not yet settled, and
+	// active those of them whose generation is not over.
+	held, active atomic.Int64
+	// meanTokens is a moving mean of the run's answers' completion
+	// tokens (float64 bits; 0 before the first), which the scheduler
+	// charges a run for each prompt it starts (schedule.go).
+	meanTokens atomic.Uint64
 }
+
+// addAnswer counts an answer of n completion tokens into the moving mean.
+func (c *laneCounts) addAnswer(n int) {
+	for {
+		old := c.meanTokens.Load()
+		m := math.Float64frombits(old)
+		next := float64(n)
+		if m > 0 {
+			next = m + meanTokensWeight*(float64(n)-m)
+		}
+		if c.meanTokens.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}
+
+// mean is the moving mean of the run's answers, 0 before the first.
+func (c *laneCounts) mean() float64 { return math.Float64frombits(c.meanTokens.Load()) }
+
+// meanTokensWeight is each answer's weight in the moving mean: about the
+// last hundred count.
+const meanTokensWeight = 1.0 / 100
 
 // serving is the lanes of the runs the worker serves now, in its order;
 // none before Run has started them. The slice is never changed: a lane

@@ -124,43 +124,8 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	}
 	brokertest.Queue(b, js, schema.Manifest{Run: run, Model: "test-model"}, brokertest.Prompts(makespanPrompts))
 
-	// Every period a worker keeps is scaled by the servers' speed, as
-	// aerie run does against its simulator.
-	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / makespanSpeed) }
 	base.Run = run
-	base.Logger = quiet
-	base.WindowPoll = scale(worker.DefaultWindowPoll)
-	base.HandBackAfter = scale(worker.DefaultHandBackAfter)
-	base.Heartbeat = scale(worker.DefaultHeartbeat)
-	base.PullWait = scale(worker.DefaultPullWait)
-
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var ws []*worker.Worker
-	var wg sync.WaitGroup
-	for i, sc := range makespanServers {
-		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, makespanSim(sc))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := base
-		cfg.Name = fmt.Sprintf("server%d", i)
-		w, err := worker.New(cfg, js, client)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ws = append(ws, w)
-	}
-	start := time.Now()
-	for _, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(runCtx); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
+	ws, start, stop := startServers(b, js, base)
 	done := func() bool {
 		var n int64
 		for _, w := range ws {
@@ -177,7 +142,6 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 		r.windows = append(r.windows, s.Window)
 	}
 	stop()
-	wg.Wait()
 
 	var ends []time.Time
 	var tokens, longest int
@@ -218,6 +182,51 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	}
 	r.ideal = bestFIFOMakespan(queued, makespanServers)
 	return r
+}
+
+// startServers starts a worker of base, named server<i>, for each of
+// makespanServers, and returns them, when they started, and a function
+// that stops them and waits until they have. Every period a worker keeps
+// is scaled by the servers' speed, as aerie run does against its
+// simulator.
+func startServers(b *testing.B, js jetstream.JetStream, base worker.Config) ([]*worker.Worker, time.Time, func()) {
+	b.Helper()
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / makespanSpeed) }
+	base.Logger = quiet
+	base.WindowPoll = scale(worker.DefaultWindowPoll)
+	base.HandBackAfter = scale(worker.DefaultHandBackAfter)
+	base.Heartbeat = scale(worker.DefaultHeartbeat)
+	base.PullWait = scale(worker.DefaultPullWait)
+	var ws []*worker.Worker
+	for i, sc := range makespanServers {
+		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, makespanSim(sc))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := base
+		cfg.Name = fmt.Sprintf("server%d", i)
+		w, err := worker.New(cfg, js, client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); wg.Wait() }) }
+	b.Cleanup(stop)
+	return ws, start, stop
 }
 
 // storedMessages returns the payloads of every message in stream, in

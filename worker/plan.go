@@ -17,12 +17,17 @@ type policy struct {
 	handBack bool
 	// ackEvery is how often a worker looks for a full consumer.
 	ackEvery time.Duration
+	// yield caps the window for serving traffic, holding the server's
+	// TTFT p95 to ttftSLO (see yield.go).
+	yield   bool
+	ttftSLO time.Duration
 }
 
 // policy is the worker's pull policy.
 func (w *Worker) policy() policy {
 	return policy{auto: w.cfg.AutoWindow, window: w.cfg.Window, maxWindow: w.cfg.MaxWindow,
-		handBack: w.cfg.HandBackAfter > 0, ackEvery: ackRoomPeriods * w.cfg.Heartbeat}
+		handBack: w.cfg.HandBackAfter > 0, ackEvery: ackRoomPeriods * w.cfg.Heartbeat,
+		yield: w.cfg.YieldToServing, ttftSLO: w.cfg.ServingTTFTSLO}
 }
 
 // memory is what the decision remembers from one poll to the next. It is
@@ -30,8 +35,9 @@ func (w *Worker) policy() policy {
 // value is the memory of a worker that has just started.
 type memory struct {
 	// rule is the automatic window's rule with its last reading.
-	rule windowRule
-	load loadMemory
+	rule  windowRule
+	load  loadMemory
+	yield yieldMemory
 	// nextAck is when the consumers are next looked at for room.
 	nextAck time.Time
 	// fullStreak counts, per lane, the looks in a row that found its
@@ -57,7 +63,9 @@ type plan struct {
 	// are not used to pull the same prompts back.
 	window windowDecision
 	retire int
-	lanes  []lanePlan
+	// yield is the cap for serving traffic, which bounds the window.
+	yield yieldDecision
+	lanes []lanePlan
 }
 
 // fallBack is why an automatic window gave up, and the reading's error.
@@ -101,6 +109,8 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 	var pl plan
 	pl.lanes = make([]lanePlan, len(r.lanes))
 	pl.window, m = sizeWindow(p, r, m)
+	wasCapped := m.yield.cap > 0
+	pl.yield, m.yield = yieldPolicy(p, r, m.yield)
 	ackDue := !r.now.Before(m.nextAck)
 	if ackDue {
 		m.nextAck = r.now.Add(p.ackEvery)
@@ -117,5 +127,38 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 			m.fullStreak[i] = ackRoomPolicy(r, i, m.fullStreak[i], lp)
 		}
 	}
+	pl.window = capWindow(p, r, pl.window, pl.yield, wasCapped)
 	return pl, m
+}
+
+// capWindow bounds the window's decision by the yield cap: the size the
+// sizer or the tail wants, or the window as it is (a fixed window that
+// the cap held down: the fixed size), at most the cap. When the cap goes,
+// a fixed window comes back to its size.
+func capWindow(p policy, r readings, d windowDecision, y yieldDecision, wasCapped bool) windowDecision {
+	if y.cap == 0 {
+		if wasCapped && !p.auto && d.size == 0 && r.size < p.window {
+			d.size, d.why = p.window, "serving traffic clear"
+		}
+		return d
+	}
+	want := d.size
+	if want == 0 {
+		want = r.size
+		if wasCapped && !p.auto {
+			want = p.window
+		}
+	}
+	if want > y.cap {
+		want, d.why = y.cap, "yielding to serving traffic"
+		if y.why != "" {
+			d.why += ": " + y.why
+		}
+	}
+	if want != r.size {
+		d.size = want
+	} else {
+		d.size = 0
+	}
+	return d
 }

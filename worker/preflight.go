@@ -104,7 +104,30 @@ func (w *Worker) probeBackend(ctx context.Context) error {
 			return fmt.Errorf("the backend serves %v, not the run's model %q", ids, l.manifest.Model)
 		}
 	}
+	if err := w.probePriority(ctx); err != nil {
+		return err
+	}
 	return w.probeTokenIDs(ctx)
+}
+
+// probePriority asks, when the worker paused for refused priorities, for
+// one short answer with its priority: the worker resumes once the backend
+// takes it.
+func (w *Worker) probePriority(ctx context.Context) error {
+	if _, reason := w.breaker.isOpen(); reason != priorityFix {
+		return nil
+	}
+	lanes := w.serving()
+	if len(lanes) == 0 {
+		return nil
+	}
+	l := lanes[0]
+	params := l.manifest.Params
+	params.MaxTokens = probeMaxTokens
+	req := Request(l.manifest, []openai.Message{{Role: "user", Content: "Say OK."}}, params)
+	req.Priority = w.cfg.BatchPriority
+	_, err := w.backend.ChatStream(ctx, req, func(int) {})
+	return err
 }
 
 // probeTokenIDs asks, when the worker paused for answers without token

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +16,8 @@ import (
 // holds a window slot on entry, and gives it back once the last request
 // is over, before the outcome is stored.
 func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *lease) {
+	generated := sync.OnceFunc(func() { ln.n.active.Add(-1) })
+	defer generated()
 	meta, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to acknowledge.
@@ -42,6 +45,7 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 	// next prompt while this one is stored and acknowledged, which under
 	// load takes as long as a short answer.
 	l.release()
+	generated()
 	if errors.Is(err, errAnswered) {
 		w.settleAnswered(ctx, d, j)
 		return
@@ -116,7 +120,11 @@ func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, m
 	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt)}
 	w.inFlight.Store(d.seq, f)
 	defer w.inFlight.Delete(d.seq)
-	a, err := w.generate(ctx, j, Request(j.lane.manifest, msgs, j.params), f)
+	req := Request(j.lane.manifest, msgs, j.params)
+	if w.cfg.YieldToServing {
+		req.Priority = w.cfg.BatchPriority
+	}
+	a, err := w.generate(ctx, j, req, f)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +175,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 		if err != nil {
 			return nil, err
 		}
+		j.lane.n.addAnswer(comp.Usage.CompletionTokens)
 		a := &answer{Completion: comp, maxTokens: req.MaxTokens}
 		if comp.FinishReason != "length" {
 			return a, nil

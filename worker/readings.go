@@ -75,7 +75,7 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 	r.size, r.taken, r.pulling = w.win.state()
 	open, _ := w.breaker.isOpen()
 	r.paused = open || w.paused.Load() != nil
-	if w.cfg.AutoWindow && !m.load.fixed {
+	if w.cfg.YieldToServing || w.cfg.AutoWindow && !m.load.fixed {
 		if mr, ok := w.backend.(metricsReader); ok {
 			load, err := w.readLoad(ctx, mr)
 			if err != nil {

@@ -15,6 +15,15 @@ import (
 // weight); a run with nothing to deliver gives its slots to the next at
 // once (backfill). No running request is ever cut for it.
 //
+// A slot given to a run yields its tokens over the next minute or more,
+// while slots keep freeing: counted only as they stream, a run behind
+// would take every slot that frees until its tokens caught up, then
+// none, and the shares would swing around their targets by the length
+// of an answer. So a run is charged at once, for each of its prompts
+// whose generation is not over, its answers' mean length less what the
+// prompt has streamed (committed tokens); a prompt that ends shorter or
+// longer than the mean corrects it.
+//
 // A worker learns that a run has nothing to deliver when a pull finds
 // nothing. With several runs it pulls without waiting, so that an empty
 // run never holds up the others, and looks at an empty run again after a
@@ -120,8 +129,9 @@ type laneSched struct {
 // what grantSlots needs to know of them, and, when there are none, the
 // earliest time one that is empty is looked at again (zero if none is).
 // Paused runs, runs held back for the tail and runs found empty and not
-// yet due are left out.
-func (s *scheduler) candidates(lanes []*lane, now time.Time) ([]*lane, []candidate, time.Time) {
+// yet due are left out. streaming gives, for a lane, the tokens its
+// requests in flight have streamed so far (nil: none are counted).
+func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lane) int64) ([]*lane, []candidate, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lanes == nil {
@@ -133,7 +143,7 @@ func (s *scheduler) candidates(lanes []*lane, now time.Time) ([]*lane, []candida
 	for _, l := range lanes {
 		st := s.state(l)
 		sc := l.schedule()
-		tokens := l.n.tokens.Load()
+		tokens := committed(l, streaming)
 		st.vtime += float64(tokens-st.seen) / sc.Share()
 		st.seen = tokens
 		if sc.Paused || l.tailHold.Load() || l.gone.Load() {
@@ -152,6 +162,18 @@ func (s *scheduler) candidates(lanes []*lane, now time.Time) ([]*lane, []candida
 		next = time.Time{}
 	}
 	return ls, cs, next
+}
+
+// committed is l's tokens served and committed: those streamed, and for
+// each prompt whose generation is not over the mean answer less what its
+// requests have streamed, in all at least 0.
+func committed(l *lane, streaming func(*lane) int64) int64 {
+	tokens := l.n.tokens.Load()
+	if streaming == nil {
+		return tokens
+	}
+	due := float64(l.n.active.Load())*l.n.mean() - float64(streaming(l))
+	return tokens + int64(max(due, 0))
 }
 
 // state is l's state; s.mu must be held.

@@ -41,19 +41,19 @@ func TestSchedulerBackoffAndRejoin(t *testing.T) {
 	a, b := &lane{run: "a"}, &lane{run: "b"}
 	lanes := []*lane{a, b}
 	now := t0
-	if ls, _, _ := s.candidates(lanes, now); len(ls) != 2 {
+	if ls, _, _ := s.candidates(lanes, now, nil); len(ls) != 2 {
 		t.Fatalf("%d candidates at start, want 2", len(ls))
 	}
 	var waits []time.Duration
 	for range 6 {
 		s.pulled(b, 4, 0, now)
-		ls, _, _ := s.candidates(lanes, now)
+		ls, _, _ := s.candidates(lanes, now, nil)
 		if len(ls) != 1 || ls[0] != a {
 			t.Fatalf("candidates while b backs off: %v", ls)
 		}
 		next := s.lanes[b].recheck
 		waits = append(waits, next.Sub(now))
-		if _, _, due := s.candidates([]*lane{b}, now); !due.Equal(next) {
+		if _, _, due := s.candidates([]*lane{b}, now, nil); !due.Equal(next) {
 			t.Fatalf("with b alone, the next look is at %v, want %v", due, next)
 		}
 		now = next
@@ -70,10 +70,10 @@ func TestSchedulerBackoffAndRejoin(t *testing.T) {
 	}
 	// a is served 1,000 tokens meanwhile; b rejoins level with it.
 	a.n.tokens.Add(1000)
-	s.candidates(lanes, now)
+	s.candidates(lanes, now, nil)
 	s.pulled(a, 4, 4, now)
 	s.pulled(b, 4, 2, now.Add(time.Hour))
-	_, cs, _ := s.candidates(lanes, now.Add(time.Hour))
+	_, cs, _ := s.candidates(lanes, now.Add(time.Hour), nil)
 	if len(cs) != 2 || cs[0].vtime != 1000 || cs[1].vtime != 1000 {
 		t.Errorf("virtual times after b rejoins: %+v, want both 1000", cs)
 	}
@@ -85,11 +85,32 @@ func TestVirtualTimeFollowsWeightChanges(t *testing.T) {
 	var s scheduler
 	a := &lane{run: "a"}
 	a.n.tokens.Add(300)
-	s.candidates([]*lane{a}, t0)
+	s.candidates([]*lane{a}, t0, nil)
 	a.sched.Store(&schema.Schedule{Weight: 3})
 	a.n.tokens.Add(300)
-	_, cs, _ := s.candidates([]*lane{a}, t0)
+	_, cs, _ := s.candidates([]*lane{a}, t0, nil)
 	if cs[0].vtime != 400 || cs[0].weight != 3 {
 		t.Errorf("vtime %v weight %v, want 300/1 + 300/3 = 400 and 3", cs[0].vtime, cs[0].weight)
+	}
+}
+
+// A run is charged at once, for each prompt whose generation is not
+// over, its mean answer less what the prompt has streamed.
+func TestCommittedTokens(t *testing.T) {
+	l := &lane{run: "a"}
+	l.n.tokens.Add(100)
+	if got := committed(l, func(*lane) int64 { return 0 }); got != 100 {
+		t.Errorf("before any answer: %d, want the 100 streamed", got)
+	}
+	l.n.addAnswer(50)
+	l.n.active.Add(2)
+	if got := committed(l, func(*lane) int64 { return 30 }); got != 170 {
+		t.Errorf("two prompts under way, 30 streamed of a mean of 50: %d, want 100 + 2x50 - 30 = 170", got)
+	}
+	if got := committed(l, func(*lane) int64 { return 500 }); got != 100 {
+		t.Errorf("prompts past the mean: %d, want the 100 streamed (the estimate is never negative)", got)
+	}
+	if got := committed(l, nil); got != 100 {
+		t.Errorf("without the streamed count: %d, want 100", got)
 	}
 }

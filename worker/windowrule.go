@@ -2,9 +2,11 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -23,6 +25,18 @@ type backendLoad struct {
 	// Preemptions counts the sequences the engine has preempted since it
 	// started (vllm:num_preemptions_total), summed.
 	Preemptions float64
+	// TTFT is the server's time-to-first-token histogram
+	// (vllm:time_to_first_token_seconds), summed over engines and
+	// models: cumulative counts by upper bound, ascending; nil when the
+	// server has none.
+	TTFT []bucket
+}
+
+// bucket is one cumulative bucket of a histogram: the observations at
+// or below le.
+type bucket struct {
+	le    float64
+	count float64
 }
 
 // errNoLoadMetrics says a server's /metrics has no vLLM request gauges:
@@ -51,7 +65,39 @@ func parseLoad(text []byte) (backendLoad, error) {
 	if !ok {
 		pre, _ = sumOf(fams["vllm:num_preemptions"])
 	}
-	return backendLoad{Running: running, Waiting: waiting, KVUsage: kv, Preemptions: pre}, nil
+	return backendLoad{Running: running, Waiting: waiting, KVUsage: kv, Preemptions: pre,
+		TTFT: histogramOf(fams["vllm:time_to_first_token_seconds"])}, nil
+}
+
+// histogramOf sums a histogram family's cumulative buckets over its label
+// sets, by upper bound; nil when the family is absent or no histogram.
+func histogramOf(f *dto.MetricFamily) []bucket {
+	if f == nil {
+		return nil
+	}
+	sum := map[float64]float64{}
+	for _, m := range f.GetMetric() {
+		h := m.GetHistogram()
+		if h == nil {
+			continue
+		}
+		for _, b := range h.GetBucket() {
+			if !math.IsInf(b.GetUpperBound(), 1) {
+				sum[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
+		}
+		// The count is the +Inf bucket, whether or not the text had one.
+		sum[math.Inf(1)] += float64(h.GetSampleCount())
+	}
+	if len(sum) == 0 {
+		return nil
+	}
+	out := make([]bucket, 0, len(sum))
+	for le, n := range sum {
+		out = append(out, bucket{le: le, count: n})
+	}
+	slices.SortFunc(out, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	return out
 }
 
 // sumOf adds a family's values over its label sets; ok is false when the

@@ -65,7 +65,10 @@ type Worker struct {
 	latency latencyMean
 	// generating and maxGenerating count the requests at the backend.
 	generating, maxGenerating atomic.Int64
-	paused                    atomic.Pointer[string]
+	// yieldCap is the window's cap for serving traffic (0: none), and
+	// yields counts the times the worker began to yield (yield.go).
+	yieldCap, yields atomic.Int64
+	paused           atomic.Pointer[string]
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 
@@ -337,6 +340,7 @@ func (w *Worker) fetch(gs []laneGrant, wg *sync.WaitGroup, work context.Context)
 				got++
 				w.win.arrived()
 				l.n.held.Add(1)
+				l.n.active.Add(1)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()

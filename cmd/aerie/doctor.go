@@ -10,6 +10,7 @@ import (
 	"github.com/aerie-dev/aerie/auth"
 
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 func cmdDoctor(ctx context.Context, args []string) error {
@@ -19,6 +20,8 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
 	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
 	returnTokenIDs := fs.Bool("return-token-ids", false, "the run will store token ids: the test completion asks for them while the run has no manifest (once it has one, the manifest says)")
+	yieldToServing := fs.Bool("yield-to-serving", false, "the workers will run with --yield-to-serving: the test completion carries their priority, and the backend must run vLLM's --scheduling-policy priority")
+	batchPriority := fs.Int("batch-priority", worker.DefaultBatchPriority, "with --yield-to-serving, the workers' --batch-priority")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
 	dataDir := addDataDirFlag(fs, "", "checks that <data-dir>/<run> is writable and has room; empty: skip")
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
@@ -49,6 +52,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	}
 	cfg := doctor.Config{
 		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
+		YieldToServing: *yieldToServing, BatchPriority: *batchPriority,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max, Units: *units,

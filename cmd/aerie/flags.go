@@ -276,6 +276,39 @@ func (f *windowFlags) handBack() time.Duration {
 	return f.handBackAfter
 }
 
+// yieldFlags are a worker's flags for sharing its server with
+// interactive requests.
+type yieldFlags struct {
+	on       bool
+	slo      time.Duration
+	priority int
+}
+
+// addYieldFlags declares --yield-to-serving and what tunes it.
+func addYieldFlags(fs *flag.FlagSet) *yieldFlags {
+	f := &yieldFlags{}
+	fs.BoolVar(&f.on, "yield-to-serving", false, "the backend also takes interactive requests: send every request with vLLM's priority --batch-priority, and cap the window while requests that are not this worker's wait in the server or its time-to-first-token p95 is above --serving-ttft-slo; the server must run vLLM with --scheduling-policy priority")
+	fs.DurationVar(&f.slo, "serving-ttft-slo", worker.DefaultServingTTFTSLO, "with --yield-to-serving, the time to first token (p95 over the last minute, from the server's own histogram) the window is held to")
+	fs.IntVar(&f.priority, "batch-priority", worker.DefaultBatchPriority, "with --yield-to-serving, the vLLM priority of this worker's requests: interactive ones have 0, and lower goes first")
+	return f
+}
+
+// check refuses yield flags that make no sense.
+func (f *yieldFlags) check() error {
+	if f.slo <= 0 {
+		return fmt.Errorf("--serving-ttft-slo %v: want a time to first token above 0 (default %v)", f.slo, worker.DefaultServingTTFTSLO)
+	}
+	if f.on && f.priority <= 0 {
+		return fmt.Errorf("--batch-priority %d: want a priority above 0, the interactive requests' (vLLM serves lower values first)", f.priority)
+	}
+	return nil
+}
+
+// apply sets cfg's yield fields from the flags.
+func (f *yieldFlags) apply(cfg *worker.Config) {
+	cfg.YieldToServing, cfg.ServingTTFTSLO, cfg.BatchPriority = f.on, f.slo, f.priority
+}
+
 // addGraceFlag declares --grace.
 func addGraceFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("grace", worker.DefaultGrace, "on the first SIGINT/SIGTERM, time in-flight prompts get to finish before they are handed back to the queue")

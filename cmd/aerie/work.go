@@ -23,6 +23,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
 	window := addWorkerWindowFlags(fs)
+	yield := addYieldFlags(fs)
 	grace := addGraceFlag(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
 	firstToken := fs.Duration("first-token-timeout", openai.DefaultFirstTokenTimeout, "a request fails (and is tried again) when its first token has not come this long after it was sent; generous, since vLLM queues requests behind a full batch")
@@ -43,6 +44,9 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err := window.check(); err != nil {
 		return err
 	}
+	if err := yield.check(); err != nil {
+		return err
+	}
 	key, err := bf.apiKey()
 	if err != nil {
 		return err
@@ -53,7 +57,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := preflightWorker(ctx, nf, *run, bf.url, key, window.size, log); err != nil {
+	if err := preflightWorker(ctx, nf, *run, bf.url, key, window.size, yield, log); err != nil {
 		return err
 	}
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
@@ -68,6 +72,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	defer nc.Close()
 	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
 	window.apply(&wc)
+	yield.apply(&wc)
 	w, err := worker.New(wc, js, client)
 	if err != nil {
 		return err
@@ -108,12 +113,13 @@ func workerRuns(run, list string, all bool) ([]string, error) {
 // that what can be seen at T+0 is reported at T+0. A backend that is not
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
-func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, log *slog.Logger) error {
+func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, yield *yieldFlags, log *slog.Logger) error {
 	natsOpts, err := nf.authOptions()
 	if err != nil {
 		return err
 	}
-	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window})
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window,
+		YieldToServing: yield.on, BatchPriority: yield.priority})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err

@@ -1,0 +1,78 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/probe"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// Two workers that yield to serving traffic, on a server without
+// vLLM's priority policy, which refuses their requests' priority:
+// both pause saying what to fix, and no prompt is dead-lettered or
+// counted as failed.
+func TestYieldWithoutPriorityPolicyPauses(t *testing.T) {
+	b := setupRun(t, schema.Manifest{Run: "yield", Model: simulator.DefaultModel}, 6, provision.Options{})
+	url := simtest.Serve(t, simulator.Config{Speed: 100, OutputMedian: 20})
+	hb := b.heartbeats(t)
+	var ws []*worker.Worker
+	for _, name := range []string{"w1", "w2"} {
+		w, _ := b.start(t, worker.Config{Name: name, Window: 2, Heartbeat: 50 * time.Millisecond, YieldToServing: true}, url)
+		ws = append(ws, w)
+	}
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		for _, name := range []string{"w1", "w2"} {
+			h := hb.of(name)
+			if h == nil || !h.Paused || !strings.Contains(h.PausedReason, "--scheduling-policy priority") {
+				return false
+			}
+		}
+		return true
+	}, "both workers paused for want of vLLM's priority policy")
+	if dead := deadLetters(t, b); len(dead) != 0 {
+		t.Errorf("%d prompts dead-lettered, want none", len(dead))
+	}
+	for _, w := range ws {
+		if s := w.Stats(); s.Retry != 0 || s.Completed != 0 {
+			t.Errorf("%s: %d failures counted, %d completed; want none", w.Name(), s.Retry, s.Completed)
+		}
+	}
+}
+
+// A worker that yields to serving traffic caps its window while an
+// interactive load shares its server, and every prompt is still answered.
+func TestYieldCapsTheWindowForServingTraffic(t *testing.T) {
+	const n = 400
+	b := setupRun(t, schema.Manifest{Run: "batch", Model: simulator.DefaultModel}, n, provision.Options{})
+	url := simtest.Serve(t, simulator.Config{Speed: 20, MaxNumSeqs: 16, StepBase: 20 * time.Millisecond, StepPerSeq: -1, PrefillPerToken: -1,
+		OutputMedian: 100, OutputSigma: 0.2, SchedulingPolicy: simulator.SchedulingPriority})
+	w, _ := b.start(t, worker.Config{Window: 24, WindowPoll: 50 * time.Millisecond, YieldToServing: true}, url)
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan probe.Report, 1)
+	go func() {
+		rep, _ := probe.Run(ctx, client, probe.Config{Rate: 20, Duration: 5 * time.Second, Model: simulator.DefaultModel})
+		done <- rep
+	}()
+	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().Window < 24 }, "the window capped for the interactive load")
+	if rep := <-done; rep.Failed != 0 || rep.Answered == 0 {
+		t.Errorf("interactive load: %v", rep)
+	}
+	waitCounted(t, n, w)
+	if s := w.Stats(); s.Completed != n || s.DeadLettered != 0 {
+		t.Errorf("completed %d, dead-lettered %d; want %d and 0", s.Completed, s.DeadLettered, n)
+	}
+}
