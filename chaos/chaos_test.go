@@ -68,6 +68,31 @@ func TestChaosShortTurns(t *testing.T) {
 	runChaos(t, chaos.ShortTurns())
 }
 
+// TestChaosShortShared is the CI run of two runs on one fleet: Short,
+// with a second run of 300 prompts served by the same workers (aerie
+// work --runs) whose priority and weight change three times while both
+// run. Every prompt of each run must end once.
+func TestChaosShortShared(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") == "0" {
+		t.Skip("AERIE_CHAOS=0")
+	}
+	t.Parallel()
+	runChaos(t, chaos.ShortShared())
+}
+
+// TestChaosShared is the full run of two runs on one fleet: Long with a
+// second run of 2,500 prompts whose schedule changes six times. Opt-in,
+// like TestChaos.
+func TestChaosShared(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the two-run chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the two-run chaos run is not short; see TestChaosShortShared")
+	}
+	runChaos(t, chaos.LongShared())
+}
+
 // TestChaos is the full run: about 5,000 prompts, a worker killed every
 // few seconds, two aggregator kills and a NATS restart. Opt-in.
 func TestChaos(t *testing.T) {
@@ -138,6 +163,18 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 	if len(o.Duplicates) > 0 || len(o.Missing) > 0 || len(o.InBoth) > 0 {
 		t.Errorf("seed %d: %d duplicates, %d in both files, %d missing: every prompt must end in exactly one of completions.jsonl and failed.jsonl, once",
 			cfg.Seed, len(o.Duplicates), len(o.InBoth), len(o.Missing))
+	}
+	if cfg.Shared != "" {
+		switch so := rep.SharedOutcome; {
+		case so == nil:
+			t.Errorf("seed %d: run %s was not checked", cfg.Seed, cfg.Shared)
+		case len(so.Duplicates) > 0 || len(so.Missing) > 0 || len(so.InBoth) > 0 || len(so.Unknown) > 0 || len(so.Unparseable) > 0:
+			t.Errorf("seed %d: run %s: %d duplicates, %d in both files, %d missing, %d unknown, %d unparseable: every prompt must end once",
+				cfg.Seed, cfg.Shared, len(so.Duplicates), len(so.InBoth), len(so.Missing), len(so.Unknown), len(so.Unparseable))
+		}
+		if rep.Kills.ScheduleChanges != len(cfg.ScheduleChangesAt) {
+			t.Errorf("seed %d: %d schedule changes made, want %d", cfg.Seed, rep.Kills.ScheduleChanges, len(cfg.ScheduleChangesAt))
+		}
 	}
 	if len(o.Unparseable) > 0 || len(o.Unknown) > 0 {
 		t.Errorf("seed %d: %d unparseable lines, %d ids not in the input", cfg.Seed, len(o.Unparseable), len(o.Unknown))

@@ -133,6 +133,18 @@ type Config struct {
 	KeyRotationsAt []float64
 	KeyFileLag     time.Duration
 
+	// Shared, when set, names a second run served by the same workers
+	// (aerie work --runs Run,Shared): SharedPrompts prompts of its own
+	// (another seed), produced beside the first, written by an
+	// aggregator of its own, and checked like the first: every prompt
+	// once in exactly one of its files. At each share of
+	// ScheduleChangesAt (of the first run's progress) `aerie runs set`
+	// changes its schedule in turn: a priority above the first run's,
+	// one below, then equal with three times the weight, and again.
+	Shared            string
+	SharedPrompts     int
+	ScheduleChangesAt []float64
+
 	// Timeout bounds the run from the end of produce to the
 	// aggregator's exit; past it the run is reported as stalled.
 	Timeout time.Duration
@@ -178,6 +190,32 @@ func Long() Config {
 	c.NATSRestartsAt = []float64{0.5}
 	c.KeyRotationsAt = []float64{0.6, 0.85}
 	c.Timeout = 15 * time.Minute
+	return c
+}
+
+// ShortShared is Short with a second run served by the same workers,
+// 300 prompts of its own, whose schedule changes three times while both
+// run: its priority above the first's, below it, then equal with three
+// times the weight. Every prompt of both must end once.
+func ShortShared() Config {
+	c := Short()
+	c.Run = "chaos-short-shared"
+	c.Shared = "chaos-short-second"
+	c.SharedPrompts = 300
+	c.ScheduleChangesAt = []float64{0.1, 0.3, 0.5}
+	c.Timeout = 4 * time.Minute
+	return c
+}
+
+// LongShared is Long with a second run of 2,500 prompts served by the
+// same workers, its schedule changed six times.
+func LongShared() Config {
+	c := Long()
+	c.Run = "chaos-shared"
+	c.Shared = "chaos-second"
+	c.SharedPrompts = 2500
+	c.ScheduleChangesAt = []float64{0.05, 0.15, 0.3, 0.45, 0.6, 0.75}
+	c.Timeout = 20 * time.Minute
 	return c
 }
 
@@ -277,6 +315,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 0 || c.MaxDeliver < 0 || c.WorkerKills < 0 || c.Turns < 0 {
 		bad("max attempts, max deliver, worker kills and turns must not be negative")
+	}
+	if c.Shared != "" && (c.Shared == c.Run || c.SharedPrompts < 1) {
+		bad("a shared run needs a name of its own and at least one prompt, got %q and %d", c.Shared, c.SharedPrompts)
 	}
 	if c.Prompts < 1 || c.Workers < 1 {
 		bad("need at least one prompt and one worker, got %d and %d", c.Prompts, c.Workers)

@@ -50,8 +50,10 @@ type Harness struct {
 	server     *process
 	sim        *process
 	aggregator *process
-	workers    []*process // running workers
-	seconds    []*process // second aggregators, which must give up
+	// sharedAggregator writes the shared run (Config.Shared).
+	sharedAggregator *process
+	workers          []*process // running workers
+	seconds          []*process // second aggregators, which must give up
 	// keyDue, when set, is when the workers' key file gets the
 	// simulator's new key: a rotation is under way until then.
 	keyDue     time.Time
@@ -71,6 +73,8 @@ type Kills struct {
 	// simulator's key changes.
 	SecondAggregators, Refused int
 	KeyRotations               int
+	// ScheduleChanges counts the changes of the shared run's schedule.
+	ScheduleChanges int
 	// ReplayedAfterDone counts prompts replayed once the run was done;
 	// ReplayedAfterStoredTurns, with --turns all, the conversations among
 	// them that had failed at their second turn or later, whose replay
@@ -165,13 +169,23 @@ func (h *Harness) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	sharedInput, err := h.setUpShared()
+	if err != nil {
+		return rep, err
+	}
 	runErr := h.conduct(ctx)
+	if runErr == nil {
+		runErr = h.finishShared(ctx, h.cfg.Timeout)
+	}
 	if runErr == nil && h.cfg.ReplayAfterDone {
 		runErr = h.replayAfterDone(ctx)
 	}
 	rep.Wall = time.Since(h.began)
 	rep.Faults = simFaults(h.simAddr)
 	if err := h.check(ctx, rep, input, runErr == nil); err != nil {
+		return rep, errors.Join(runErr, err)
+	}
+	if err := h.checkShared(rep, sharedInput); err != nil {
 		return rep, errors.Join(runErr, err)
 	}
 	return rep, runErr

@@ -26,8 +26,8 @@ type Report struct {
 	// it could not be asked.
 	Faults map[string]int64
 	// Outcome is the check of the output files; nil if the run did not
-	// get that far.
-	Outcome *Outcome
+	// get that far. SharedOutcome is the shared run's (Config.Shared).
+	Outcome, SharedOutcome *Outcome
 	// DeadLettersChecked is set when every id of failed.jsonl was looked
 	// up in AERIE_DEAD (Outcome.Unreplayable).
 	DeadLettersChecked bool
@@ -87,6 +87,13 @@ func (r *Report) String() string {
 			also = fmt.Sprintf(" (%d conversations failed at turn 2 or later, going on after their stored turns)", r.Kills.ReplayedAfterStoredTurns)
 		}
 		line("replay when done", "%d prompts replayed once the run was done%s, then the aggregator again with --exit-when-done", r.Kills.ReplayedAfterDone, also)
+	}
+	if c.Shared != "" {
+		line("shared run", "%s; %d changes made", sharedLine(c), r.Kills.ScheduleChanges)
+		if o := r.SharedOutcome; o != nil {
+			line("shared outcome", "%d completed, %d dead-lettered; %d duplicates, %d in both files, %d missing, %d unknown",
+				o.Completed, o.Failed, len(o.Duplicates), len(o.InBoth), len(o.Missing), len(o.Unknown))
+		}
 	}
 	line("unexpected exits", "%d", len(r.Unexpected))
 	if o := r.Outcome; o != nil {

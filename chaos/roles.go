@@ -12,24 +12,34 @@ import (
 // turns when Turns is above 1) and reads the prompts back as produce
 // queues them.
 func (h *Harness) writePrompts() ([]inputPrompt, error) {
-	args := []string{"gen-prompts", "--count", strconv.Itoa(h.cfg.Prompts),
-		"--out", h.prompts, "--seed", strconv.FormatInt(h.cfg.Seed, 10)}
+	return h.genPrompts("gen-prompts", h.prompts, h.cfg.Prompts, h.cfg.Seed)
+}
+
+// genPrompts writes n prompts of seed to file and reads them back.
+func (h *Harness) genPrompts(name, file string, n int, seed int64) ([]inputPrompt, error) {
+	args := []string{"gen-prompts", "--count", strconv.Itoa(n),
+		"--out", file, "--seed", strconv.FormatInt(seed, 10)}
 	if h.cfg.turnsAll() {
 		args = append(args, "--turns", strconv.Itoa(h.cfg.Turns))
 	}
-	p, err := h.start("gen-prompts", args...)
+	p, err := h.start(name, args...)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.wait(2 * time.Minute); err != nil {
 		return nil, fmt.Errorf("gen-prompts: %w\n%s", err, p.tail(20))
 	}
-	return readInput(h.prompts, h.cfg.turnsAll())
+	return readInput(file, h.cfg.turnsAll())
 }
 
 func (h *Harness) produce() error {
-	args := []string{"produce", "--nats", h.NATSURL(), "--run", h.cfg.Run,
-		"--prompts", h.prompts, "--model", Model, "--max-tokens", strconv.Itoa(h.cfg.MaxTokens),
+	return h.produceRun("produce", h.cfg.Run, h.prompts, h.cfg.Prompts)
+}
+
+// produceRun produces run from file's n prompts.
+func (h *Harness) produceRun(name, run, file string, n int) error {
+	args := []string{"produce", "--nats", h.NATSURL(), "--run", run,
+		"--prompts", file, "--model", Model, "--max-tokens", strconv.Itoa(h.cfg.MaxTokens),
 		"--ack-wait", h.cfg.AckWait.String()}
 	if h.cfg.MaxAttempts > 0 {
 		args = append(args, "--max-attempts", strconv.Itoa(h.cfg.MaxAttempts))
@@ -40,17 +50,17 @@ func (h *Harness) produce() error {
 	if h.cfg.turnsAll() {
 		args = append(args, "--turns", "all")
 	}
-	p, err := h.start("produce", args...)
+	p, err := h.start(name, args...)
 	if err != nil {
 		return err
 	}
 	if err := p.wait(5 * time.Minute); err != nil {
-		return fmt.Errorf("produce: %w\n%s", err, p.tail(20))
+		return fmt.Errorf("produce %s: %w\n%s", run, err, p.tail(20))
 	}
 	if h.cfg.turnsAll() {
-		h.log("produced %d conversations of 1 to %d user turns (--turns all)", h.cfg.Prompts, h.cfg.Turns)
+		h.log("produced %d conversations of 1 to %d user turns (--turns all) in run %s", n, h.cfg.Turns, run)
 	} else {
-		h.log("produced %d prompts", h.cfg.Prompts)
+		h.log("produced %d prompts in run %s", n, run)
 	}
 	return nil
 }
@@ -118,10 +128,14 @@ func (h *Harness) startWorker() error {
 	if err != nil {
 		return err
 	}
-	p, err := h.start(name, "work", "--nats", h.NATSURL(), "--run", h.cfg.Run,
+	runs := []string{"--run", h.cfg.Run}
+	if h.cfg.Shared != "" {
+		runs = []string{"--runs", h.cfg.Run + "," + h.cfg.Shared}
+	}
+	p, err := h.start(name, append(append([]string{"work", "--nats", h.NATSURL()}, runs...),
 		"--backend", backend, "--window", strconv.Itoa(window), "--name", name,
 		"--grace", "2s", "--first-token-timeout", h.cfg.StallTimeout.String(), "--idle-timeout", h.cfg.StallTimeout.String(),
-		"--api-key-file", h.keyFile)
+		"--api-key-file", h.keyFile)...)
 	if err != nil {
 		return err
 	}

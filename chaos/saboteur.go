@@ -50,6 +50,7 @@ func (h *Harness) conduct(ctx context.Context) error {
 	replayAt := slices.Sorted(slices.Values(c.ReplaysAt))
 	secondAt := slices.Sorted(slices.Values(c.SecondAggregatorsAt))
 	rotateAt := slices.Sorted(slices.Values(c.KeyRotationsAt))
+	scheduleAt := slices.Sorted(slices.Values(c.ScheduleChangesAt))
 
 	for {
 		var err error
@@ -90,6 +91,9 @@ func (h *Harness) conduct(ctx context.Context) error {
 		if err := h.superviseSeconds(); err != nil {
 			return err
 		}
+		if err := h.superviseShared(); err != nil {
+			return err
+		}
 		if !h.keyDue.IsZero() && time.Now().After(h.keyDue) {
 			err = h.updateKeyFile()
 		}
@@ -108,6 +112,8 @@ func (h *Harness) conduct(ctx context.Context) error {
 			err = h.startSecondAggregator()
 		case h.keyDue.IsZero() && due(&rotateAt, share):
 			err = h.rotateKey()
+		case c.Shared != "" && due(&scheduleAt, share):
+			err = h.changeSchedule()
 		}
 		if err != nil {
 			return err
