@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,11 @@ type Aggregator struct {
 	snapshot schema.Throughput
 	writeErr string                // guarded by last
 	paused   map[string]pausedInfo // guarded by last
+	// starved counts the snapshots in a row that found the run waiting
+	// for slots (see slots.go); guarded by last. sched is the run's
+	// schedule, followed from its manifest.
+	starved int
+	sched   atomic.Pointer[schema.Schedule]
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 	// fetchWait bounds one fetch (see the constant; tests lengthen it).
@@ -157,6 +163,8 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.close()
+	sc := m.Schedule
+	a.sched.Store(&sc)
 	if err := writeManifest(a.dir, m); err != nil {
 		a.log.Warn("cannot write the run's manifest beside its output; aerie report will not show its parameters", "err", err)
 	}
@@ -210,6 +218,11 @@ func (a *Aggregator) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.followSchedule(loopCtx)
+	}()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

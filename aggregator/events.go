@@ -27,6 +27,7 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 		}
 		s.PausedWorkers[w] = p.reason
 	}
+	a.noteSlots(&s)
 	return s
 }
 

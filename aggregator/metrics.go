@@ -115,6 +115,7 @@ type runCollector struct {
 	inFlight, workers, paused, writeFailing          *prometheus.Desc
 	reqRate, tokRate, eta, etaLow, etaHigh, phase    *prometheus.Desc
 	lag, free, size                                  *prometheus.Desc
+	waitingForSlots, priority                        *prometheus.Desc
 }
 
 func newRunCollector(a *Aggregator, labels prometheus.Labels) *runCollector {
@@ -122,31 +123,33 @@ func newRunCollector(a *Aggregator, labels prometheus.Labels) *runCollector {
 		return prometheus.NewDesc(name, help, variable, labels)
 	}
 	return &runCollector{
-		a:            a,
-		expected:     desc("aerie_run_expected_prompts", "Output lines the run expects: prompts times samples."),
-		completed:    desc("aerie_run_completed_prompts", "Lines in completions.jsonl, those written before this aggregator started included."),
-		failed:       desc("aerie_run_failed_prompts", "Lines in failed.jsonl (dead letters); falls when a replay queues them again."),
-		failedBy:     desc("aerie_run_failed_prompts_by_reason", "Lines in failed.jsonl by reason class.", "reason"),
-		truncated:    desc("aerie_run_truncated_prompts", "Completions whose answer stopped at max_tokens."),
-		inFlight:     desc("aerie_run_in_flight_prompts", "Prompts held by the live workers, from their heartbeats."),
-		workers:      desc("aerie_run_workers", "Workers heard from recently."),
-		paused:       desc("aerie_run_paused_workers", "Live workers that have stopped pulling (backend down, or stopping)."),
-		writeFailing: desc("aerie_run_write_failing", "1 while the aggregator cannot write the run's output (results are not acknowledged until it can), 0 otherwise."),
-		reqRate:      desc("aerie_run_requests_per_second", "Completed requests per second over the last minute."),
-		tokRate:      desc("aerie_run_output_tokens_per_second", "Completion tokens streamed per second over the last minute, from the workers' heartbeats."),
-		eta:          desc("aerie_run_eta_seconds", "Estimated time until every prompt has its outcome; absent while there is too little to estimate from."),
-		etaLow:       desc("aerie_run_eta_low_seconds", "Low end of the ETA's uncertainty band; absent while unknown."),
-		etaHigh:      desc("aerie_run_eta_high_seconds", "High end of the ETA's uncertainty band; absent while unknown."),
-		phase:        desc("aerie_run_phase", "1 for the run's current phase (waiting, ramp-up, steady, draining, done), 0 for the others.", "phase"),
-		lag:          desc("aerie_run_consumer_lag_messages", "Messages a consumer has yet to settle (NumPending + NumAckPending): consumer=workers is the prompts left to the workers, consumer=results the answers stored and not yet written by the aggregator.", "consumer"),
-		free:         desc("aerie_data_dir_free_bytes", "Space available to the aggregator on the file system of the run's output directory."),
-		size:         desc("aerie_data_dir_size_bytes", "Size of the file system of the run's output directory."),
+		a:               a,
+		expected:        desc("aerie_run_expected_prompts", "Output lines the run expects: prompts times samples."),
+		completed:       desc("aerie_run_completed_prompts", "Lines in completions.jsonl, those written before this aggregator started included."),
+		failed:          desc("aerie_run_failed_prompts", "Lines in failed.jsonl (dead letters); falls when a replay queues them again."),
+		failedBy:        desc("aerie_run_failed_prompts_by_reason", "Lines in failed.jsonl by reason class.", "reason"),
+		truncated:       desc("aerie_run_truncated_prompts", "Completions whose answer stopped at max_tokens."),
+		inFlight:        desc("aerie_run_in_flight_prompts", "Prompts held by the live workers, from their heartbeats."),
+		workers:         desc("aerie_run_workers", "Workers heard from recently."),
+		paused:          desc("aerie_run_paused_workers", "Live workers that have stopped pulling (backend down, or stopping)."),
+		writeFailing:    desc("aerie_run_write_failing", "1 while the aggregator cannot write the run's output (results are not acknowledged until it can), 0 otherwise."),
+		reqRate:         desc("aerie_run_requests_per_second", "Completed requests per second over the last minute."),
+		tokRate:         desc("aerie_run_output_tokens_per_second", "Completion tokens streamed per second over the last minute, from the workers' heartbeats."),
+		eta:             desc("aerie_run_eta_seconds", "Estimated time until every prompt has its outcome; absent while there is too little to estimate from."),
+		etaLow:          desc("aerie_run_eta_low_seconds", "Low end of the ETA's uncertainty band; absent while unknown."),
+		etaHigh:         desc("aerie_run_eta_high_seconds", "High end of the ETA's uncertainty band; absent while unknown."),
+		phase:           desc("aerie_run_phase", "1 for the run's current phase (waiting, ramp-up, steady, draining, done), 0 for the others.", "phase"),
+		lag:             desc("aerie_run_consumer_lag_messages", "Messages a consumer has yet to settle (NumPending + NumAckPending): consumer=workers is the prompts left to the workers, consumer=results the answers stored and not yet written by the aggregator.", "consumer"),
+		free:            desc("aerie_data_dir_free_bytes", "Space available to the aggregator on the file system of the run's output directory."),
+		size:            desc("aerie_data_dir_size_bytes", "Size of the file system of the run's output directory."),
+		waitingForSlots: desc("aerie_run_waiting_for_slots", "1 while the run has prompts left and live workers, none of which holds any of them: workers serving several runs give their slots to others; 0 otherwise."),
+		priority:        desc("aerie_run_priority", "The run's priority (aerie runs set): workers serving several runs give their slots to the highest first."),
 	}
 }
 
 func (c *runCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.expected, c.completed, c.failed, c.failedBy, c.truncated, c.inFlight, c.workers, c.paused,
-		c.writeFailing, c.reqRate, c.tokRate, c.eta, c.etaLow, c.etaHigh, c.phase, c.lag, c.free, c.size} {
+		c.writeFailing, c.reqRate, c.tokRate, c.eta, c.etaLow, c.etaHigh, c.phase, c.lag, c.free, c.size, c.waitingForSlots, c.priority} {
 		ch <- d
 	}
 }
@@ -194,6 +197,8 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range phases {
 			gauge(c.phase, boolValue(s.Phase == p), string(p))
 		}
+		gauge(c.waitingForSlots, boolValue(s.WaitingForSlots))
+		gauge(c.priority, float64(s.Priority))
 	}
 
 	dir := c.a.dir

@@ -168,6 +168,9 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 	add("tokens", "%s prompt, %s completion (%.0f per answer)", thousands(c.promptTokens), thousands(c.completionTokens), mean)
 	wall := tl.wall()
 	add("wall time", "%s (first event or answer to last answer or failure)", roundDuration(wall))
+	if spans := waitingSpans(evs); len(spans) > 0 {
+		add("waiting for slots", "%s", describeSpans(spans, evs[0].at))
+	}
 	if wall > 0 {
 		add("throughput, mean", "%.2f requests/s, %s output tokens/s (over the wall time)",
 			float64(c.count)/wall.Seconds(), rounded(float64(c.completionTokens)/wall.Seconds()))

@@ -107,6 +107,8 @@ type event struct {
 	requestsPerSec, tokensPerSec float64
 	eta, etaLow, etaHigh         float64 // seconds, negative when unknown
 	total, completed, failed     int
+	// waitingForSlots is the event's Throughput.WaitingForSlots.
+	waitingForSlots bool
 }
 
 // readLines calls decode with each non-blank line of dir/name, counting
@@ -199,7 +201,7 @@ func readEvents(dir string, skipped *Skipped) ([]event, error) {
 		evs = append(evs, event{
 			at: t.Time, phase: t.Phase, requestsPerSec: t.RequestsPerSec, tokensPerSec: t.TokensPerSec,
 			eta: t.ETASec, etaLow: t.ETALowSec, etaHigh: t.ETAHighSec,
-			total: t.Total, completed: t.Completed, failed: t.Failed,
+			total: t.Total, completed: t.Completed, failed: t.Failed, waitingForSlots: t.WaitingForSlots,
 		})
 		return nil
 	})

@@ -119,6 +119,13 @@ type Throughput struct {
 	// InFlight is the sum of the in-flight counts of live workers, at most
 	// the lines not yet completed or failed (zero once the run is done).
 	InFlight int `json:"in_flight"`
+	// WaitingForSlots is set while the run has prompts left to hand out
+	// and live workers that are not paused, none of which holds any of
+	// them, for two events running: workers that serve several runs give
+	// their slots to others (aerie work --runs, --all-runs). Priority is
+	// the run's priority then (its manifest's schedule).
+	WaitingForSlots bool `json:"waiting_for_slots,omitempty"`
+	Priority        int  `json:"priority,omitempty"`
 	// Workers is the number of workers heard from recently.
 	Workers int `json:"workers"`
 	// Rates over the last minute (or since start, when shorter) and over the
