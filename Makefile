@@ -127,7 +127,11 @@ eta-study:
 # the median of BENCHN side-by-side iterations (docs/performance.md);
 # then, once, the lower bound over the makespan of 4,000 prompts on two
 # simulated servers of different size and speed, one worker each, with
-# a fixed window of 200 and with --window auto (a few minutes).
+# a fixed window of 200 and with --window auto (a few minutes); on the
+# same servers, two runs served together against an ideal dispatcher and
+# one after the other (BenchmarkBackToBack), and two runs of weights 3:1
+# (BenchmarkWeights); and a batch run beside an interactive probe, with
+# and without --yield-to-serving (BenchmarkServing).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
@@ -137,7 +141,7 @@ BENCH_EXPORT_DIR ?= $(DATA)/demo-25k-turns
 bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
-	$(GO) test -run '^$$' -bench '^BenchmarkTwoBackendsMakespan$$' -benchtime 1x -timeout 20m ./worker/
+	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:
@@ -169,10 +173,12 @@ clean:
 # completions.jsonl and failed.jsonl, once. Each level has a single-turn
 # run and a run of conversations under --turns all (workers killed in
 # the middle of conversations), whose lines are also checked turn by
-# turn, with no stored turn generated again nor left behind. chaos-short
-# (about 600 prompts and 150 conversations side by side, about a minute)
-# is the CI run; chaos (about 5,000 prompts, then 2,500 conversations)
-# takes about five minutes. Both also run a three-node cluster of aerie
+# turn, with no stored turn generated again nor left behind, and a run of
+# two runs served by the same workers (--runs) whose priority and weight
+# change while both run, each run checked the same way. chaos-short
+# (about 600 prompts, 150 conversations and 600 + 300 prompts side by
+# side, a minute or two) is the CI run; chaos (about 5,000 prompts, 2,500
+# conversations, 5,000 + 2,500 prompts) takes about ten minutes. Both also run a three-node cluster of aerie
 # server processes (each node, worker and the aggregator in a network
 # namespace of its own when run as root) through a leader kill, a worker
 # cut off past AckWait and a node rebuilt from an empty store: 600
@@ -182,10 +188,10 @@ clean:
 .PHONY: chaos chaos-short
 
 chaos:
-	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 30m -run '^(TestChaos(Turns)?|TestCluster)$$' ./chaos/
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared)?|TestCluster)$$' ./chaos/
 
 chaos-short:
-	$(GO) test -count=1 -v -short -timeout 5m -run '^(TestChaosShort(Turns)?|TestClusterShort)$$' ./chaos/
+	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared)?|TestClusterShort)$$' ./chaos/
 
 # The container image (Dockerfile): the static binary on
 # distroless/static, run as a non-root user. IMAGE names the tag.
