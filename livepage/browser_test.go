@@ -300,3 +300,23 @@ func TestBrowserPollsWithoutStream(t *testing.T) {
 		t.Error("the page was loaded again: it should update in place")
 	}
 }
+
+// A run that waits for slots (its workers serve other runs) says so,
+// with its priority; the banner goes once it has slots again.
+func TestBrowserWaitingForSlots(t *testing.T) {
+	ctx := browser(t)
+	page := livepage.New("low-priority")
+	page.Event(schema.Throughput{Run: "low-priority", Time: time.Now(), Phase: schema.PhaseWaiting, Total: 500,
+		Workers: 2, WaitingForSlots: true, Priority: -1, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	for _, w := range []string{"gpu-a", "gpu-b"} {
+		page.Heartbeat(schema.Heartbeat{Run: "low-priority", Worker: w, Host: w, Time: time.Now(), Window: 256})
+	}
+	srv := serve(t, page)
+	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	waitFor(t, ctx, 30*time.Second, `!document.getElementById("slots").hidden &&
+		document.getElementById("slots").textContent.includes("its priority -1")`, "the waiting-for-slots banner")
+	screenshot(t, ctx, "livepage-waiting-for-slots.png")
+	page.Event(schema.Throughput{Run: "low-priority", Time: time.Now(), Phase: schema.PhaseRampUp, Total: 500, InFlight: 40,
+		Workers: 2, Priority: -1, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	waitFor(t, ctx, 30*time.Second, `document.getElementById("slots").hidden`, "the banner gone once the run has slots")
+}

@@ -230,6 +230,9 @@ function render(s) {
     const we = $("write-error");
     we.hidden = !t.write_error;
     setText("write-error", t.write_error ? "Output is not being written: " + t.write_error : "");
+    const sl = $("slots");
+    sl.hidden = !t.waiting_for_slots;
+    setText("slots", t.waiting_for_slots ? "Waiting for slots: this run's workers serve other runs (its priority " + (t.priority || 0) + "; aerie runs ls shows every run's)." : "");
     renderReasons(t.failed_by_reason);
   } else {
     setText("phase", "waiting");
