@@ -50,8 +50,10 @@ type Harness struct {
 	server     *process
 	sim        *process
 	aggregator *process
-	// sharedAggregator writes the shared run (Config.Shared).
+	// sharedAggregator writes the shared run (Config.Shared), and
+	// sharedInput is its input.
 	sharedAggregator *process
+	sharedInput      []inputPrompt
 	workers          []*process // running workers
 	seconds          []*process // second aggregators, which must give up
 	// keyDue, when set, is when the workers' key file gets the
@@ -355,7 +357,15 @@ func (h *Harness) checkRequests(ctx context.Context, input []inputPrompt) *Reque
 		}
 	}
 	reqs, chats := h.tap.snapshot()
-	c := checkRequests(reqs, chats, newRequestIndex(input, h.cfg.turnsAll()), turnStored, resultStored)
+	// The shared run's prompts are indexed too, under ids of their own:
+	// a request whose messages both runs have is then ambiguous, not
+	// taken for the first run's.
+	all := input
+	for _, p := range h.sharedInput {
+		p.ID = sharedRef + p.ID
+		all = append(all, p)
+	}
+	c := checkRequests(reqs, chats, newRequestIndex(all, h.cfg.turnsAll()), turnStored, resultStored)
 	return &c
 }
 

@@ -38,8 +38,13 @@ func (h *Harness) setUpShared() ([]inputPrompt, error) {
 	if err := h.produceRun("produce-shared", h.cfg.Shared, file, h.cfg.SharedPrompts); err != nil {
 		return nil, err
 	}
+	h.sharedInput = input
 	return input, h.startSharedAggregator()
 }
+
+// sharedRef prefixes the shared run's ids in the request index, where
+// both runs' prompts are (see checkRequests).
+const sharedRef = "shared run: "
 
 func (h *Harness) startSharedAggregator() error {
 	name := h.next("aggregator-shared")
