@@ -129,8 +129,9 @@ eta-study:
 # simulated servers of different size and speed, one worker each, with
 # a fixed window of 200 and with --window auto (a few minutes); on the
 # same servers, two runs served together against an ideal dispatcher and
-# one after the other (BenchmarkBackToBack), and two runs of weights 3:1
-# (BenchmarkWeights); and a batch run beside an interactive probe, with
+# one after the other (BenchmarkBackToBack), two runs of weights 3:1
+# (BenchmarkWeights) and a high-priority run produced into a full fleet
+# (BenchmarkPriority); and a batch run beside an interactive probe, with
 # and without --yield-to-serving (BenchmarkServing).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
@@ -141,7 +142,7 @@ BENCH_EXPORT_DIR ?= $(DATA)/demo-25k-turns
 bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
-	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
+	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkPriority|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

@@ -245,3 +245,106 @@ func runWeights(b *testing.B) weightsRun {
 	}
 	return r
 }
+
+// BenchmarkPriority fills the two servers with a run of priority 0 (one
+// --all-runs worker per server, --window auto), then, once the fleet is
+// steady, produces a run of priority 5. It reports, in mean answer
+// times of the first run (measured from its answers before), how long
+// the second took to its first answer, counted from the start of its
+// produce, and the share of the requests at the servers it holds two
+// mean answer times after its produce began. Times are simulated.
+func BenchmarkPriority(b *testing.B) {
+	var first, share []float64
+	for b.Loop() {
+		r := runPriority(b)
+		b.Logf("speed %g: mean answer time %.0fs; the high-priority run's first answer %.0fs after its produce began (%.2f mean answer times); it held %.1f%% of the requests at the servers after two mean answer times",
+			makespanSpeed, r.mean, r.first, r.first/r.mean, 100*r.share)
+		first, share = append(first, r.first/r.mean), append(share, r.share)
+	}
+	b.ReportMetric(median(first), "first-answer/mean-answer")
+	b.ReportMetric(100*median(share), "share-after-two-%")
+}
+
+type priorityRun struct {
+	mean, first float64 // simulated seconds
+	share       float64
+}
+
+func runPriority(b *testing.B) priorityRun {
+	b.Helper()
+	_, _, js := brokertest.Provisioned(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for _, run := range []string{"low", "high"} {
+		if _, err := provision.WorkersConsumer(ctx, js, run, provision.Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	brokertest.Queue(b, js, schema.Manifest{Run: "low", Model: "test-model"}, runPrompts("low"))
+	ws, _, stop := startServers(b, js, worker.Config{AutoWindow: true, AllRuns: true})
+	defer stop()
+	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) / makespanSpeed) }
+	simSince := func(t time.Time) float64 { return time.Since(t).Seconds() * makespanSpeed }
+	// The fleet fills and turns over its first answers: a load phase.
+	time.Sleep(sim(2 * time.Minute))
+	var lat, n float64
+	for _, data := range storedMessages(b, js, schema.ResultsStream) {
+		res, err := schema.DecodeResult(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat += float64(res.LatencyMs) / 1000 * makespanSpeed
+		n++
+	}
+	if n == 0 {
+		b.Fatal("no answer of the first run in two simulated minutes")
+	}
+	r := priorityRun{mean: lat / n}
+	completed := func(run string) int64 {
+		var c int64
+		for _, w := range ws {
+			c += w.Stats().Runs[run].Completed
+		}
+		return c
+	}
+	// The first answer may come while the produce still publishes.
+	firstAt := make(chan time.Time, 1)
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go func() {
+		t := time.NewTicker(sim(100 * time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-t.C:
+			}
+			if completed("high") > 0 {
+				firstAt <- time.Now()
+				return
+			}
+		}
+	}()
+	produced := time.Now()
+	brokertest.Queue(b, js, schema.Manifest{Run: "high", Model: "test-model", Schedule: schema.Schedule{Priority: 5}}, runPrompts("high"))
+	select {
+	case at := <-firstAt:
+		r.first = at.Sub(produced).Seconds() * makespanSpeed
+	case <-time.After(10 * time.Minute):
+		b.Fatal("no answer of the high-priority run in ten minutes")
+	}
+	for simSince(produced) < 2*r.mean {
+		time.Sleep(sim(time.Second))
+	}
+	var high, low float64
+	for _, w := range ws {
+		st := w.Stats().Runs
+		high += float64(st["high"].InFlight)
+		low += float64(st["low"].InFlight)
+	}
+	if high+low > 0 {
+		r.share = high / (high + low)
+	}
+	return r
+}
