@@ -2,6 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +77,39 @@ func TestYieldCapsTheWindowForServingTraffic(t *testing.T) {
 	waitCounted(t, n, w)
 	if s := w.Stats(); s.Completed != n || s.DeadLettered != 0 {
 		t.Errorf("completed %d, dead-lettered %d; want %d and 0", s.Completed, s.DeadLettered, n)
+	}
+}
+
+// Batch requests that the server preempts for interactive ones, under
+// vLLM's priority policy with a small KV cache, resume and finish: a
+// preemption is no failure, and nothing is retried or dead-lettered.
+func TestPreemptedBatchRequestsFinish(t *testing.T) {
+	const n = 12
+	b := setupRun(t, schema.Manifest{Run: "batch", Model: simulator.DefaultModel}, n, provision.Options{})
+	url := simtest.Serve(t, simulator.Config{Speed: 20, MaxNumSeqs: 64, KVCacheTokens: 4096, MaxModelLen: 4096,
+		StepBase: 10 * time.Millisecond, StepPerSeq: -1, PrefillPerToken: -1, OutputMedian: 300, OutputSigma: 0.1,
+		ReasoningShare: -1, SchedulingPolicy: simulator.SchedulingPriority})
+	w, _ := b.start(t, worker.Config{Window: n, YieldToServing: true, WindowPoll: time.Hour}, url)
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := probe.Run(context.Background(), client, probe.Config{Rate: 20, Duration: 2 * time.Second, Model: simulator.DefaultModel, MaxTokens: 300})
+	if err != nil {
+		t.Fatalf("interactive load: %v (%v)", err, rep)
+	}
+	waitCounted(t, n, w)
+	if s := w.Stats(); s.Completed != n || s.Retry != 0 || s.DeadLettered != 0 {
+		t.Errorf("completed %d, retried %d, dead-lettered %d; want %d, 0, 0", s.Completed, s.Retry, s.DeadLettered, n)
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`(?m)^vllm:num_preemptions_total\{[^}]*\} (\S+)$`).FindSubmatch(text)
+	if m == nil || string(m[1]) == "0" {
+		t.Fatalf("the server preempted nothing (%q): the test needs a KV cache too small for both loads", m)
 	}
 }
