@@ -30,6 +30,9 @@ type fakeLLM struct {
 	truncateBelow int
 	// onMaxTokens sees every request's max_tokens.
 	onMaxTokens func(int)
+	// abort, if set, ends the n-th request (from 1) for a prompt with
+	// finish_reason "abort", as vLLM ends a request its engine aborted.
+	abort func(prompt string, n int) bool
 	// streamError, if set, makes the n-th request (from 1) for a prompt
 	// fail in the middle of its stream the way vLLM reports an engine
 	// failure: an error event with code 400, then [DONE].
@@ -170,6 +173,9 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		send(`{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.", "type": "BadRequestError", "param": null, "code": 400}}`)
 		send("[DONE]")
 		return
+	}
+	if f.abort != nil && f.abort(prompt, n) {
+		finish = "abort"
 	}
 	tokens := 0
 	steps := 1

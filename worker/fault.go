@@ -2,6 +2,7 @@ package worker
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -54,6 +55,28 @@ func priorityRefused(err error) bool {
 // priorityFix is what a worker paused for refused priorities says.
 const priorityFix = "the backend refuses request priorities (--yield-to-serving sends them): start vLLM with --scheduling-policy priority, or run the worker without --yield-to-serving"
 
+// abortedError is an answer the server ended itself before it was done:
+// vLLM's finish_reason "abort" (the engine aborted the request) or
+// "error". The partial answer is not stored: the prompt is tried again,
+// as after a transient failure of the server.
+type abortedError struct {
+	reason string
+	tokens int
+}
+
+func (e *abortedError) Error() string {
+	return fmt.Sprintf("the server ended the answer itself (finish_reason %q) after %d tokens: not stored, tried again", e.reason, e.tokens)
+}
+
+// aborted returns the abortedError of an answer the server ended itself,
+// nil for one that stopped or reached its length.
+func aborted(c *openai.Completion) error {
+	if c == nil || c.FinishReason != "abort" && c.FinishReason != "error" {
+		return nil
+	}
+	return &abortedError{reason: c.FinishReason, tokens: c.Usage.CompletionTokens}
+}
+
 // lacksTokenIDs reports whether an answer that generated tokens came
 // without its prompt's or its own token ids.
 func lacksTokenIDs(c *openai.Completion) bool {
@@ -68,6 +91,10 @@ func faultOf(err error) fault {
 	}
 	if errors.Is(err, errNoTokenIDs) || priorityRefused(err) {
 		return misconfigured
+	}
+	var ab *abortedError
+	if errors.As(err, &ab) {
+		return serverFault
 	}
 	var apiErr *openai.APIError
 	if errors.As(err, &apiErr) {

@@ -164,6 +164,9 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 			f.tokens.Add(int64(n))
 			j.lane.n.tokens.Add(int64(n))
 		})
+		if err == nil {
+			err = aborted(comp)
+		}
 		if err == nil && req.ReturnTokenIDs && lacksTokenIDs(comp) {
 			// Stored without them, the answer would be useless to the
 			// run; the backend is at fault, not the prompt.

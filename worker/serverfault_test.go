@@ -249,3 +249,31 @@ func TestRotatedKeyPausesUntilTheFileIsFixed(t *testing.T) {
 		t.Errorf("stats %+v: want no failure counted and prompts handed back during the pause", s)
 	}
 }
+
+// An answer the server ended itself (vLLM's finish_reason "abort": its
+// engine aborted the request) is not stored as an answer: the prompt is
+// tried again, as after a transient failure of the server, and its next
+// answer kept.
+func TestAbortedAnswerIsRetried(t *testing.T) {
+	const n = 6
+	b := setup(t, n, provision.Options{})
+	_, url := newFakeLLM(t, &fakeLLM{abort: func(_ string, n int) bool { return n == 1 }})
+	w, _ := b.start(t, worker.Config{Window: 3}, url)
+	b.waitSettled(t, 60*time.Second)
+	waitCounted(t, n, w)
+	results := b.results(t)
+	if len(results) != n {
+		t.Fatalf("%d results, want %d", len(results), n)
+	}
+	for id, r := range results {
+		if r.FinishReason != "stop" {
+			t.Errorf("%s stored with finish_reason %q, want the retry's stop", id, r.FinishReason)
+		}
+	}
+	// Each first answer is a failure of the server's: retried with its
+	// count, or handed back uncounted once five in a row have paused
+	// the worker.
+	if s := w.Stats(); s.Retry+s.HandedBack != n || s.DeadLettered != 0 {
+		t.Errorf("retried %d, handed back %d, dead-lettered %d; want %d retried or handed back, none dead-lettered", s.Retry, s.HandedBack, s.DeadLettered, n)
+	}
+}
