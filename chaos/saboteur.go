@@ -110,7 +110,10 @@ func (h *Harness) conduct(ctx context.Context) error {
 			err = h.replay()
 		case h.aggregatorSettled() && due(&secondAt, share):
 			err = h.startSecondAggregator()
-		case h.keyDue.IsZero() && due(&rotateAt, share):
+		case h.keyDue.IsZero() && time.Since(h.lastStart) >= settle && due(&rotateAt, share):
+			// Not while a worker just started may still be checking
+			// the backend with the old key: it would be refused and
+			// exit, as it should, but not for what the run is about.
 			err = h.rotateKey()
 		case c.Shared != "" && due(&scheduleAt, share):
 			err = h.changeSchedule()
