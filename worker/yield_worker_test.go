@@ -86,7 +86,9 @@ func TestYieldCapsTheWindowForServingTraffic(t *testing.T) {
 func TestPreemptedBatchRequestsFinish(t *testing.T) {
 	const n = 12
 	b := setupRun(t, schema.Manifest{Run: "batch", Model: simulator.DefaultModel}, n, provision.Options{})
-	url := simtest.Serve(t, simulator.Config{Speed: 20, MaxNumSeqs: 64, KVCacheTokens: 4096, MaxModelLen: 4096,
+	// Answers of 300 tokens at 10 ms a token, at twice real speed: each
+	// batch request runs for a second and a half of wall time.
+	url := simtest.Serve(t, simulator.Config{Speed: 2, MaxNumSeqs: 64, KVCacheTokens: 4096, MaxModelLen: 4096,
 		StepBase: 10 * time.Millisecond, StepPerSeq: -1, PrefillPerToken: -1, OutputMedian: 300, OutputSigma: 0.1,
 		ReasoningShare: -1, SchedulingPolicy: simulator.SchedulingPriority})
 	w, _ := b.start(t, worker.Config{Window: n, YieldToServing: true, WindowPoll: time.Hour}, url)
@@ -94,7 +96,10 @@ func TestPreemptedBatchRequestsFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := probe.Run(context.Background(), client, probe.Config{Rate: 20, Duration: 2 * time.Second, Model: simulator.DefaultModel, MaxTokens: 300})
+	// The interactive requests come once every batch request is under
+	// way, and need more KV cache than the batch leaves.
+	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().MaxGenerating >= n }, "every batch request under way")
+	rep, err := probe.Run(context.Background(), client, probe.Config{Rate: 40, Duration: 500 * time.Millisecond, Model: simulator.DefaultModel, MaxTokens: 300})
 	if err != nil {
 		t.Fatalf("interactive load: %v (%v)", err, rep)
 	}
