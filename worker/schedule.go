@@ -134,9 +134,6 @@ type laneSched struct {
 func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lane) int64) ([]*lane, []candidate, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lanes == nil {
-		s.lanes = map[*lane]*laneSched{}
-	}
 	var ls []*lane
 	var cs []candidate
 	var next time.Time
@@ -176,8 +173,11 @@ func committed(l *lane, streaming func(*lane) int64) int64 {
 	return tokens + int64(max(due, 0))
 }
 
-// state is l's state; s.mu must be held.
+// state is l's state, made when l is new; s.mu must be held.
 func (s *scheduler) state(l *lane) *laneSched {
+	if s.lanes == nil {
+		s.lanes = map[*lane]*laneSched{}
+	}
 	st := s.lanes[l]
 	if st == nil {
 		st = &laneSched{}
@@ -211,9 +211,6 @@ func (s *scheduler) leastActive(l *lane) float64 {
 func (s *scheduler) pulled(l *lane, asked, got int, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lanes == nil {
-		s.lanes = map[*lane]*laneSched{}
-	}
 	st := s.state(l)
 	if got > 0 {
 		if !st.emptySince.IsZero() {

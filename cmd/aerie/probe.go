@@ -35,11 +35,7 @@ func cmdSimProbe(ctx context.Context, args []string) error {
 	if *duration <= 0 {
 		return fmt.Errorf("--duration %v: must be above 0", *duration)
 	}
-	key, err := bf.apiKey()
-	if err != nil {
-		return err
-	}
-	client, err := openai.New(openai.Config{BaseURL: bf.url, APIKey: key})
+	client, err := openai.New(bf.clientConfig())
 	if err != nil {
 		return fmt.Errorf("--backend: %w", err)
 	}
