@@ -51,6 +51,12 @@ type Heartbeat struct {
 	// window between them, so Window less this run's requests overstates
 	// them. Nil from a worker older than the field, which serves one run.
 	FreeSlots *int `json:"free_slots,omitempty"`
+	// OtherRuns is the number of prompts the worker holds for runs other
+	// than this one. Zero for a worker that serves one run. The ETA counts
+	// only Window less OtherRuns as this run's batch. The other runs'
+	// requests still share the server's decode steps with it, so they
+	// slow its drain.
+	OtherRuns int `json:"other_runs,omitempty"`
 	// InFlightTokens holds, for each request being generated, the number of
 	// completion tokens streamed so far. Requests still waiting for their
 	// first token are reported as 0.

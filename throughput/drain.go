@@ -31,34 +31,42 @@ const (
 
 // decodeModel is the decode speed of one request as a function of the
 // number of requests decoding with it: a step costs fixed + k·per, so
-// the speed at k requests is speed·(rho + n)/(rho + k), where speed was
-// measured at n requests and rho = fixed/per is the batch at which the
-// requests' share of a step equals the fixed part.
+// the speed at k requests is speed·(rho + n + bg)/(rho + k + bg), where
+// speed was measured at n requests, rho = fixed/per is the batch at which
+// the requests' share of a step equals the fixed part, and bg is the
+// requests of other runs decoding beside them, taken to stay: a worker
+// that serves several runs hands the slots this run frees to the others,
+// so its batch empties less than this run's requests do. (If the others
+// refill every slot the speed does not change at all: the band's high
+// end, a step that does not depend on the batch, covers that.)
 type decodeModel struct {
 	speed float64 // tokens/s of one request, measured at n requests
 	n     float64
 	rho   float64 // +Inf: the speed does not depend on the batch
+	bg    float64
 }
 
 // newDecodeModel returns the model for a speed measured with n requests
-// decoding, when a full batch of full requests spends share of each step
-// on its fixed part.
-func newDecodeModel(speed, n, full, share float64) decodeModel {
+// decoding beside bg of other runs, when a full batch of full requests
+// spends share of each step on its fixed part.
+func newDecodeModel(speed, n, full, share, bg float64) decodeModel {
 	n = math.Max(n, 1)
-	full = math.Max(full, n)
+	bg = math.Max(bg, 0)
+	full = math.Max(full, n+bg)
 	rho := math.Inf(1)
 	if share < 1 {
 		rho = full * share / (1 - share)
 	}
-	return decodeModel{speed: speed, n: n, rho: rho}
+	return decodeModel{speed: speed, n: n, rho: rho, bg: bg}
 }
 
-// at returns the speed of one request with k requests decoding.
+// at returns the speed of one request with k requests of this run
+// decoding.
 func (d decodeModel) at(k float64) float64 {
 	if math.IsInf(d.rho, 1) {
 		return d.speed
 	}
-	return d.speed * (d.rho + d.n) / (d.rho + math.Max(k, 1))
+	return d.speed * (d.rho + d.n + d.bg) / (d.rho + math.Max(k, 1) + d.bg)
 }
 
 // drainTime returns the expected seconds until the last of n requests

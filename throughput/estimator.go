@@ -324,6 +324,9 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	live := e.live(now)
 	var (
 		inFlight, windows int
+		// shares is the part of the windows not held by other runs,
+		// others what they hold (see Heartbeat.OtherRuns).
+		shares, others    int
 		requests          int // requests being generated: inFlight less the conversations between turns
 		decoding, interim int
 		censored          []float64
@@ -338,6 +341,8 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		inFlight += w.inFlight
 		requests += w.requests
 		windows += w.window
+		shares += w.window - w.others
+		others += w.others
 		interim += w.interim
 		if n := len(w.samples); n > 0 {
 			decoding += w.samples[n-1].decoding
@@ -379,7 +384,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		out.TotalTurns, out.CompletedTurns = e.cfg.Requests, doneRequests
 	}
 
-	out.Phase = e.phase(now, inFlight, windows, interim)
+	out.Phase = e.phase(now, inFlight, shares, interim)
 
 	sv := e.survival(censored)
 	if sv != nil {
@@ -410,6 +415,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	}
 	band := eta(etaInput{
 		full:        windows,
+		background:  others,
 		finished:    e.requests,
 		requests:    e.cfg.Requests,
 		phase:       out.Phase,

@@ -33,6 +33,10 @@ type etaInput struct {
 	// full is the number of requests the live workers hold when their
 	// windows are full: the batch of the steady state.
 	full int
+	// background is the requests of other runs that the same workers
+	// hold: they share every decode step with this run's requests, so
+	// this run's drain speeds up less than its own batch alone would.
+	background int
 	// finished counts the requests written, the observations behind the
 	// length estimate.
 	finished int
@@ -162,7 +166,7 @@ func eta(in etaInput) etaBand {
 	}
 	full := float64(max(in.full, n))
 	model := func(share float64) decodeModel {
-		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share)
+		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share, float64(in.background))
 	}
 	if queued == 0 {
 		// Draining: the run ends with the last of the requests in flight.
@@ -201,7 +205,7 @@ func eta(in etaInput) etaBand {
 	if queued < n {
 		// Close to the end the requests in flight may outlast the rest.
 		d := eta(etaInput{phase: in.phase, remaining: held, inFlight: in.inFlight, censored: in.censored,
-			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full})
+			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full, background: in.background})
 		b = etaBand{max(b.eta, d.eta), max(b.low, d.low), max(b.high, d.high)}
 	}
 	return b

@@ -30,6 +30,9 @@ type worker struct {
 	lastHeard time.Time
 
 	window, inFlight int
+	// others is the worker's latest Heartbeat.OtherRuns: prompts it holds
+	// for other runs, which take part of its window.
+	others int
 	// requests is how many requests the worker is generating: the
 	// requests it lists in InFlightTokens, or InFlight when it lists none.
 	// With --turns all a worker also holds conversations between two
@@ -69,6 +72,7 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	w.raw = raw
 	w.lastHeard = hb.Time
 	w.window = max(hb.Window, 0)
+	w.others = min(max(hb.OtherRuns, 0), w.window)
 	w.inFlight = max(hb.InFlight, 0)
 	w.interim = max(hb.InterimTurns, 0)
 	w.inFlightTokens = w.inFlightTokens[:0]

@@ -46,6 +46,13 @@ type simConfig struct {
 	// it counted lines: one request per conversation, as long as all its
 	// turns together, and no interim turns. Only meaningful with turns.
 	countConversations bool
+	// others, if set, is how many slots of each worker's window other
+	// runs hold all along (a worker of several runs): its heartbeats
+	// report a window of window+others, and with reportOthers the others
+	// too (Heartbeat.OtherRuns). The server's speed does not depend on
+	// the batch here, so the run's truth is the same as without them.
+	others       int
+	reportOthers bool
 }
 
 func defaultSim() simConfig {
@@ -244,7 +251,10 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 			}
 		case ev.req < 0:
 			w := workers[ev.worker]
-			h := schema.Heartbeat{Run: "sim", Worker: w.name, Time: simTime(ev.at), Window: cfg.window, InFlight: len(w.active)}
+			h := schema.Heartbeat{Run: "sim", Worker: w.name, Time: simTime(ev.at), Window: cfg.window + cfg.others, InFlight: len(w.active)}
+			if cfg.reportOthers {
+				h.OtherRuns = cfg.others
+			}
 			streamed := w.finished
 			for _, id := range slices.Sorted(maps.Keys(w.active)) {
 				r := w.active[id]
@@ -378,6 +388,62 @@ func TestSyntheticRun(t *testing.T) {
 		if s.Phase == schema.PhaseSteady && s.ETASec < 0 {
 			t.Fatalf("at %.0f s no ETA in steady state", row.t)
 		}
+	}
+}
+
+// TestSyntheticSharedRun plays the synthetic run on workers that serve
+// another run beside it, which holds three quarters of every window all
+// along. The run's own quarter is all it gets, so its ETA must be the one
+// it has on workers of that quarter's size: steady from the same moment,
+// and within 25% of the truth at 65 s, 10%, 50% and 75%. Read without
+// Heartbeat.OtherRuns, the whole window counts as the run's batch: the run
+// waits for four times as many answers before it is steady, which this
+// test logs as the counter-example.
+func TestSyntheticSharedRun(t *testing.T) {
+	alone := defaultSim()
+	shared := alone
+	shared.others, shared.reportOthers = 3*alone.window, true
+	blind := shared
+	blind.reportOthers = false
+	runs := map[string]simResult{}
+	for name, cfg := range map[string]simConfig{"alone": alone, "shared": shared, "blind": blind} {
+		runs[name] = runSim(cfg, 65)
+	}
+	steadyAt := func(r simResult) float64 {
+		for _, row := range r.rows {
+			if order[row.snap.Phase] >= order[schema.PhaseSteady] {
+				return row.t
+			}
+		}
+		return math.Inf(1)
+	}
+	t.Logf("steady from: alone %.0f s, shared %.0f s, shared but read without other_runs %.0f s",
+		steadyAt(runs["alone"]), steadyAt(runs["shared"]), steadyAt(runs["blind"]))
+	if a, s := steadyAt(runs["alone"]), steadyAt(runs["shared"]); math.Abs(a-s) > alone.snapshotEvery.Seconds() {
+		t.Errorf("steady from %.0f s on shared workers, %.0f s on workers of the run's share: the wave counts other runs' slots", s, a)
+	}
+	total := float64(alone.prompts)
+	for _, f := range []float64{0, 0.10, 0.50, 0.75} {
+		name := fmt.Sprintf("%.0f%%", f*100)
+		if f == 0 {
+			name = "65 s"
+		}
+		line := name + ":"
+		for _, run := range []string{"alone", "shared", "blind"} {
+			res := runs[run]
+			row := res.whenCompleted(int(f * total))
+			if f == 0 {
+				row = res.at(65)
+			}
+			truth := res.end - row.t
+			r := ratio(row.snap.ETASec, truth)
+			line += fmt.Sprintf("  %s ETA/true %.2f (band %.2f-%.2f)", run, r,
+				ratio(row.snap.ETALowSec, truth), ratio(row.snap.ETAHighSec, truth))
+			if run == "shared" && (r < 0.75 || r > 1.25) {
+				t.Errorf("shared, at %s: ETA %.0f s, true remaining %.0f s: off by more than 25%%", name, row.snap.ETASec, truth)
+			}
+		}
+		t.Log(line)
 	}
 }
 

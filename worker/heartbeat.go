@@ -41,6 +41,11 @@ func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(),
 		ConsumerFull: l.consumerFull.Load(),
 	}
+	for _, o := range w.serving() {
+		if o != l {
+			hb.OtherRuns += int(o.n.held.Load())
+		}
+	}
 	w.inFlight.Range(func(_, v any) bool {
 		if f := v.(*flight); f.lane == l {
 			hb.InFlightTokens = append(hb.InFlightTokens, int(f.tokens.Load()))
