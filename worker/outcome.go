@@ -32,7 +32,8 @@ const (
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
 	// later: hand the prompt back after a delay without counting: NATS
-	// could not store or look up a turn, which is not the prompt's fault.
+	// could not store or look up a turn, or what an earlier delivery
+	// stored, which is not the prompt's fault.
 	later
 )
 
@@ -183,7 +184,7 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			d.nak(0, log)
 			return
 		}
-		log.Error("cannot store or read a finished turn; prompt will be continued later", "err", err)
+		log.Error("cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later", "err", err)
 		w.metrics.settled(d.lane.run, OutcomeTransient)
 		d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
 	case deadLetter:

@@ -33,8 +33,17 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 	}
 	j := newJob(ln, p)
 	defer func() { ln.n.interimTurns.Add(-int64(j.stored)) }()
-	if d.attempt > 1 && w.settledBefore(ctx, d, j) {
-		return
+	if d.attempt > 1 {
+		settled, err := w.settledBefore(ctx, d, j)
+		if err != nil {
+			l.release()
+			generated()
+			w.settle(ctx, d, j, err)
+			return
+		}
+		if settled {
+			return
+		}
 	}
 	if j.all {
 		err = w.converse(ctx, d, j, l)

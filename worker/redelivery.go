@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,21 +19,33 @@ import (
 // answer or failure is already on its way to the output, and generating
 // again would only burn GPU time. It reports whether the prompt was
 // settled. A dead letter of an earlier copy of the prompt (a replay that
-// has not yet removed it) does not settle this one; nor does a failed
-// look-up, which only costs a generation.
+// has not yet removed it) does not settle this one.
+//
+// A failed look-up is a *storeError: the prompt goes back to be looked
+// at again later, since generating it might burn a whole answer's GPU
+// time only for the answer to be discarded, and a worker that cannot
+// read the results stream is unlikely to be able to write to it. On the
+// prompt's last delivery it is generated all the same: that is its only
+// way to an answer.
 //
 // With --turns all, a conversation that has no stored outcome continues
 // after its last stored turn (see converse).
-func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
+func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, error) {
 	p := j.p
 	log := j.lane.log.With("id", p.ID, "delivery", d.attempt)
 	if p.Sample > 0 {
 		log = log.With("sample", p.Sample)
 	}
+	lookupFailed := func(what string, err error) (bool, error) {
+		if j.lane.lastDelivery(d.attempt) {
+			log.Warn("cannot look for an earlier "+what+" of a redelivered prompt on its last delivery; generating it", "err", err)
+			return false, nil
+		}
+		return false, &storeError{fmt.Errorf("look for an earlier %s of %s: %w", what, p.ID, err)}
+	}
 	res, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, p.Unit()))
 	if err != nil {
-		log.Warn("cannot look for an earlier result of a redelivered prompt; generating it", "err", err)
-		return false
+		return lookupFailed("result", err)
 	}
 	if res != nil {
 		if j.all && j.k > 1 {
@@ -46,23 +59,22 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) bool {
 		}
 		j.lane.n.alreadySettled.Add(1)
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
-		return true
+		return true, nil
 	}
 	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(j.lane.run, p.Unit()))
 	if err != nil {
-		log.Warn("cannot look for an earlier dead letter of a redelivered prompt; generating it", "err", err)
-		return false
+		return lookupFailed("dead letter", err)
 	}
 	if dead == nil {
-		return false
+		return false, nil
 	}
 	if seq, ok := schema.DeadLetterPromptSeq(dead.Header); !ok || seq != d.seq {
-		return false
+		return false, nil
 	}
 	d.term(dead.Header.Get(schema.HeaderReason), log)
 	j.lane.n.alreadySettled.Add(1)
 	log.Info("redelivered prompt was dead-lettered on an earlier delivery: terminated without generating it")
-	return true
+	return true, nil
 }
 
 // settleAnswered ends a delivery of a conversation that another delivery

@@ -76,6 +76,48 @@ func TestRedeliveredPromptWithStoredResultIsNotGenerated(t *testing.T) {
 	}
 }
 
+// A redelivered prompt whose earlier result cannot be looked up (here the
+// results stream is gone for a while) is handed back to look again, not
+// generated: under a loaded or failing JetStream a failed look-up would
+// otherwise cost a whole answer, only for it to be discarded once the
+// stored one is found.
+func TestFailedLookupHandsTheRedeliveryBack(t *testing.T) {
+	b := setup(t, 1, provision.Options{AckWait: 300 * time.Millisecond})
+	msg, _ := b.takeFirstDelivery(t)
+	id := msg.Headers().Get(schema.HeaderPromptID)
+	handedBack := &countingHandler{match: "cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later"}
+	f, url := newFakeLLM(t, &fakeLLM{})
+	hb := b.heartbeats(t)
+	b.start(t, worker.Config{Window: 2, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: slog.New(handedBack)}, url)
+	brokertest.Eventually(t, 10*time.Second, func() bool { return hb.workers() == 1 }, "the worker to have started")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.js.DeleteStream(ctx, schema.ResultsStream); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, 20*time.Second, func() bool { return handedBack.n.Load() >= 2 }, "the redelivered prompt to be handed back twice")
+	if n := f.count("question " + id); n != 0 {
+		t.Fatalf("%s was generated %d times while its earlier result could not be looked up", id, n)
+	}
+	if err := provision.Streams(ctx, b.js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: id, Content: "the first answer", Worker: "died", Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, schema.Unit{ID: id}), data); err != nil {
+		t.Fatal(err)
+	}
+	b.waitSettled(t, 20*time.Second)
+	if n := f.count("question " + id); n != 0 {
+		t.Errorf("%s was generated %d times although its result was stored", id, n)
+	}
+	if res := b.results(t); res[id] == nil || res[id].Content != "the first answer" {
+		t.Errorf("result of %s: %+v, want the stored answer kept", id, res[id])
+	}
+}
+
 // A prompt dead-lettered on an earlier delivery whose Term was lost (its
 // worker died right after storing the dead letter) is terminated at once
 // when it comes again, not generated up to MaxDeliver times.

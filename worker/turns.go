@@ -27,12 +27,20 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 	if err := w.loadTurns(ctx, j); err != nil {
 		return err
 	}
-	if d.attempt > 1 && w.answered(ctx, j) {
-		// Another delivery of this prompt, running beside this one, stored
-		// its result after settledBefore looked and removed the turns
-		// before loadTurns did: a result is stored before its turns are
-		// removed, so looking again after loading them cannot miss both.
-		return errAnswered
+	if d.attempt > 1 {
+		// Another delivery of this prompt, running beside this one, may
+		// have stored its result after settledBefore looked and removed
+		// the turns before loadTurns did: a result is stored before its
+		// turns are removed, so looking again after loading them cannot
+		// miss both. A failed look here is the store's trouble, as in
+		// settledBefore.
+		m, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, j.p.Unit()))
+		switch {
+		case err != nil && !j.lane.lastDelivery(d.attempt):
+			return &storeError{fmt.Errorf("look for the result of %s after loading its turns: %w", j.p.ID, err)}
+		case err == nil && m != nil:
+			return errAnswered
+		}
 	}
 	for i := len(j.turns); i < j.k; i++ {
 		if err := l.acquire(ctx); err != nil {
@@ -122,8 +130,9 @@ func (l *lane) requestMessages(msgs []schema.Message) []openai.Message {
 	return out
 }
 
-// storeError is a failure to read or write the turns stream: NATS
-// trouble, not the prompt's. The prompt is handed back to continue later.
+// storeError is a failure to read or write the turns stream, or to look
+// for what an earlier delivery stored: NATS trouble, not the prompt's.
+// The prompt is handed back to continue later.
 type storeError struct{ err error }
 
 func (e *storeError) Error() string { return e.err.Error() }
