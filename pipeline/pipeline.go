@@ -70,6 +70,12 @@ type Config struct {
 	MaxWindow     int
 	WindowPoll    time.Duration
 	HandBackAfter time.Duration
+	// YieldToServing, ServingTTFTSLO and BatchPriority are each worker's
+	// settings of the same names in worker.Config: off by default, for a
+	// backend that takes no interactive traffic.
+	YieldToServing bool
+	ServingTTFTSLO time.Duration
+	BatchPriority  int
 
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).

@@ -53,6 +53,7 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 				Run: cfg.Run, Window: cfg.Window, AutoWindow: cfg.AutoWindow, MaxWindow: cfg.MaxWindow,
 				WindowPoll: scaled(cfg, cfg.WindowPoll, worker.DefaultWindowPoll), HandBackAfter: scaled(cfg, cfg.HandBackAfter, worker.DefaultHandBackAfter),
 				Grace: cfg.Grace, PullWait: pullWait, Metrics: reg, Logger: log,
+				YieldToServing: cfg.YieldToServing, ServingTTFTSLO: cfg.ServingTTFTSLO, BatchPriority: cfg.BatchPriority,
 			}, js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}

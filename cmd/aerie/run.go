@@ -16,13 +16,14 @@ import (
 )
 
 func cmdRun(ctx context.Context, args []string) error {
-	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N|auto] [--turns last|all] [--samples N] [--sim-speed X ...]")
+	fs, lf := newFlags("run", "--prompts FILE --run NAME [--data-dir DIR] [--backend URL] [--workers N] [--window N|auto] [--yield-to-serving] [--turns last|all] [--samples N] [--sim-speed X ...]")
 	run := fs.String("run", "", "run name")
 	prompts := fs.String("prompts", "", "JSONL file of prompts")
 	dataDir := addDataDirFlag(fs, "./data", "the embedded NATS server's store is <data-dir>/nats")
 	bf := addBackendFlags(fs, "", "empty: the built-in simulator (--sim-* flags)")
 	workers := fs.Int("workers", 1, "workers in this process")
 	window := addWorkerWindowFlags(fs)
+	yield := addYieldFlags(fs)
 	grace := addGraceFlag(fs)
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
@@ -47,6 +48,9 @@ func cmdRun(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := window.check(); err != nil {
+		return err
+	}
+	if err := yield.check(); err != nil {
 		return err
 	}
 	key, err := bf.apiKey()
@@ -99,6 +103,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
 		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max,
 		WindowPoll: window.poll, HandBackAfter: window.handBack(), Grace: *grace, NATSListen: *listen,
+		YieldToServing: yield.on, ServingTTFTSLO: yield.slo, BatchPriority: yield.priority,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip,
 		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
@@ -106,6 +111,7 @@ func cmdRun(ctx context.Context, args []string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
 				DataDir: *dataDir, Workers: *workers, Window: window.size, ReturnTokenIDs: sf.returnTokenIDs,
+				YieldToServing: yield.on, BatchPriority: yield.priority,
 			})
 		},
 	})
