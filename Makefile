@@ -114,12 +114,15 @@ fuzz:
 # The ETA study (docs/eta.md): the simulator's engine in simulated time,
 # at the reference run's shape and full size (25,000 prompts, 200 at a
 # time), over ETA_SEEDS seeds; prints the ETA's error and its band's
-# coverage at 1% to 50% of each run. `make test` runs a bounded version.
+# coverage at 1% to 50% of each run. Then the heavy-tail study: 6,000
+# prompts of mean length 300 at σ 0.6 to 1.5, with and without a
+# max_tokens cap, on the engine and on a backend of constant per-request
+# speed. `make test` runs a bounded version of each.
 ETA_SEEDS   ?= 20
 ETA_PROMPTS ?= 25000
 
 eta-study:
-	AERIE_ETA_STUDY=1 AERIE_ETA_SEEDS=$(ETA_SEEDS) AERIE_ETA_PROMPTS=$(ETA_PROMPTS) $(GO) test -count=1 -v -timeout 60m -run '^TestETAStudy$$' ./throughput/
+	AERIE_ETA_STUDY=1 AERIE_ETA_SEEDS=$(ETA_SEEDS) AERIE_ETA_PROMPTS=$(ETA_PROMPTS) $(GO) test -count=1 -v -timeout 60m -run '^(TestETAStudy|TestETAHeavyTails)$$' ./throughput/
 
 # The pipeline benchmarks print, from one run, aerie's zero-latency
 # prompts/s against a plain client's on the same server (aerie/plain) and

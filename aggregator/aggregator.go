@@ -286,6 +286,7 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 	a.turnsAll = m.TurnsMode() == schema.TurnsAll
 	a.est = throughput.New(throughput.Config{
 		Run: a.cfg.Run, Total: m.Total, Requests: m.Requests(), ReportTurns: a.turnsAll,
+		MaxTokens: m.MaxAnswerTokens(),
 	}, time.Now())
 	var err error
 	a.completions, err = openSized(filepath.Join(a.dir, CompletionsFile), m.Total, func(_ string, line []byte) error {

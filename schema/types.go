@@ -319,6 +319,23 @@ func (m *Manifest) TurnsMode() string {
 // SampleCount is Samples or its default, 1.
 func (m *Manifest) SampleCount() int { return max(m.Samples, 1) }
 
+// MaxAnswerTokens is the most tokens one request of the run may
+// generate: its max_tokens, or with --on-length retry the cap of the
+// retries (four times max_tokens unless set). Zero when the run sets no
+// max_tokens: only the context length bounds an answer then.
+func (m *Manifest) MaxAnswerTokens() int {
+	if m.Params.MaxTokens <= 0 {
+		return 0
+	}
+	if m.Policy.Length() == OnLengthRetry {
+		if m.Policy.LengthRetryMaxTokens > 0 {
+			return max(m.Policy.LengthRetryMaxTokens, m.Params.MaxTokens)
+		}
+		return 4 * m.Params.MaxTokens
+	}
+	return m.Params.MaxTokens
+}
+
 // Requests is TotalTurns or its default, Total.
 func (m *Manifest) Requests() int {
 	if m.TotalTurns > 0 {

@@ -77,6 +77,15 @@ type Config struct {
 	// turn succeeds: the unit of work of the ETA. Zero or less means
 	// Total: one request per line, as with --turns last.
 	Requests int
+	// MaxTokens is the most tokens one request of the run may generate
+	// (its max_tokens, or the cap of --on-length retry): no answer is
+	// longer, so the length distribution stops there from the start. Zero
+	// means unknown: the tail stops at the longest truncated answer once
+	// there is one. Without it the fitted tail runs past the cap for as
+	// long as no capped answer has finished, which on a heavy tail is
+	// minutes (a 2,048-token answer at 7 tokens/s), and the ETA came out
+	// 60-90% long until then.
+	MaxTokens int
 	// ReportTurns fills Throughput.TotalTurns and CompletedTurns in
 	// snapshots; it is set for runs with --turns all, where turns and
 	// lines differ. It changes nothing else.
@@ -395,14 +404,17 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	// and the last few heartbeats show its speed best; while draining the
 	// batch empties and speeds up, and the same holds. In steady state the
 	// speed is measured over speedSpan, but not over the ramp-up before
-	// it, whose prefill-bound steps are slower (at least the window,
-	// which is what the rates use).
+	// it, whose prefill-bound steps are slower: just after the first wave
+	// has turned over, over the time since (at least recentSpan). Taking
+	// at least the rates' window instead reached back into the ramp-up
+	// in a run of a few minutes (a simulator run six times faster than
+	// real time), and the ETA came out a fifth long at a tenth of it.
 	var speed float64
 	switch out.Phase {
 	case schema.PhaseRampUp, schema.PhaseDraining:
 		speed = recent.speed()
 	default:
-		span := min(speedSpan, max(now.Sub(e.steadySince), e.cfg.Window))
+		span := min(speedSpan, max(now.Sub(e.steadySince), recentSpan))
 		var long spanStats
 		for _, w := range live {
 			long.add(w.over(span))
@@ -465,7 +477,11 @@ func (e *Estimator) survival(censored []float64) *survival {
 	if ok {
 		e.fit, e.fitted = fit, true
 	}
-	return buildSurvival(&e.lengths, censored, fit, ok, float64(e.limit), defaultMinRisk)
+	limit := e.limit
+	if e.cfg.MaxTokens > 0 {
+		limit = max(limit, int64(e.cfg.MaxTokens))
+	}
+	return buildSurvival(&e.lengths, censored, fit, ok, float64(limit), defaultMinRisk)
 }
 
 func (s *spanStats) add(o spanStats) {

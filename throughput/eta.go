@@ -121,7 +121,7 @@ const bandZ = 1.645
 // error of the mean length and the randomness of the lengths still to
 // come (see workSpread), takes the drain's longest answer at the 5th and
 // 95th percentiles of the longest of n instead of its mean, and lets the
-// drain's speed-up range from none to that of a step a quarter fixed
+// drain's speed-up range from none to that of a step a tenth fixed
 // (fixedShareLow, fixedShareHigh).
 //
 // With conversations regenerated turn by turn, a slot is held by a

@@ -185,6 +185,9 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 	}
 
 	estCfg := Config{Run: "sim", Total: cfg.prompts, Requests: requests, ReportTurns: cfg.turns != nil}
+	if cfg.maxTokens < math.MaxInt32 {
+		estCfg.MaxTokens = cfg.maxTokens
+	}
 	if cfg.countConversations {
 		estCfg.Requests, estCfg.ReportTurns = 0, false
 	}

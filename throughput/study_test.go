@@ -38,6 +38,17 @@ type studyRun struct {
 	// the first minutes).
 	sparse []time.Duration
 	dense  time.Duration
+	// sim is the simulator's configuration (its Seed is seed); the zero
+	// value is its default calibration.
+	sim simulator.Config
+	// maxTokens caps every request; zero leaves only the context length.
+	maxTokens int
+	// wall, above 1, plays the simulator at that speed: the estimator's
+	// clock runs wall times slower than the engine's, as it does beside
+	// `aerie sim --speed`, while heartbeat and every stay intervals of
+	// the engine's time. Results stay in engine time (ETAs are scaled
+	// back). Zero or 1: the estimator reads the engine's time.
+	wall float64
 }
 
 func defaultStudyRun(prompts int, seed int64) studyRun {
@@ -73,11 +84,13 @@ func playStudy(t testing.TB, r studyRun) studyResult {
 
 func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 	t.Helper()
-	v, err := simulator.NewVirtual(simulator.Config{Seed: r.seed})
+	v, err := simulator.NewVirtual(r.simConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	est := New(Config{Run: "study", Total: r.prompts}, simEpoch)
+	est := New(Config{Run: "study", Total: r.prompts, MaxTokens: r.maxTokens}, simEpoch)
+	wall := max(r.wall, 1)
+	clock := func(d time.Duration) time.Time { return simEpoch.Add(time.Duration(float64(d) / wall)) }
 	active := map[int]*simulator.VirtualRequest{}
 	next, done := 0, 0
 	var streamed int64 // tokens of finished requests
@@ -87,7 +100,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 		if next >= r.prompts {
 			return
 		}
-		req, err := v.Submit(next, studyPrompt(next), 0)
+		req, err := v.Submit(next, studyPrompt(next), r.maxTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +112,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 		streamed += int64(req.Length())
 		done++
 		end = req.Finished
-		est.Completed(simEpoch.Add(req.Finished), Single(req.Length(), req.Truncated()))
+		est.Completed(clock(req.Finished), Single(req.Length(), req.Truncated()))
 		submit()
 		if next == r.prompts && res.lastHandout == 0 {
 			res.lastHandout = req.Finished.Seconds()
@@ -113,7 +126,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 		at := min(hb, ev)
 		v.AdvanceTo(at)
 		if at == hb {
-			h := schema.Heartbeat{Run: "study", Worker: "w0", Time: simEpoch.Add(at), Window: r.clients, InFlight: len(active)}
+			h := schema.Heartbeat{Run: "study", Worker: "w0", Time: clock(at), Window: r.clients, InFlight: len(active)}
 			tokens := streamed
 			for _, id := range slices.Sorted(mapsKeys(active)) {
 				c := active[id].Tokens()
@@ -125,7 +138,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 			hb += r.heartbeat
 		}
 		if at == ev {
-			res.snaps = append(res.snaps, studySnap{t: at.Seconds(), snap: est.Snapshot(simEpoch.Add(at))})
+			res.snaps = append(res.snaps, studySnap{t: at.Seconds(), snap: scaleETA(est.Snapshot(clock(at)), wall)})
 			if after != nil {
 				after()
 			}
@@ -136,8 +149,26 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 		}
 	}
 	res.end = end.Seconds()
-	res.snaps = append(res.snaps, studySnap{t: res.end, snap: est.Snapshot(simEpoch.Add(end))})
+	res.snaps = append(res.snaps, studySnap{t: res.end, snap: scaleETA(est.Snapshot(clock(end)), wall)})
 	return res
+}
+
+// scaleETA returns s with its ETA and band in the engine's time: wall
+// times the estimator's.
+func scaleETA(s schema.Throughput, wall float64) schema.Throughput {
+	for _, v := range []*float64{&s.ETASec, &s.ETALowSec, &s.ETAHighSec} {
+		if *v > 0 {
+			*v *= wall
+		}
+	}
+	return s
+}
+
+// simConfig is the simulator's configuration for r.
+func (r studyRun) simConfig() simulator.Config {
+	c := r.sim
+	c.Seed = r.seed
+	return c
 }
 
 // nextEvent returns the time of the event after one at ev.
@@ -157,7 +188,7 @@ func (r studyRun) nextEvent(ev time.Duration) time.Duration {
 // without the estimator, to place a sparse run's checkpoints.
 func studyEnd(t testing.TB, r studyRun) time.Duration {
 	t.Helper()
-	v, err := simulator.NewVirtual(simulator.Config{Seed: r.seed})
+	v, err := simulator.NewVirtual(r.simConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +196,7 @@ func studyEnd(t testing.TB, r studyRun) time.Duration {
 	var end time.Duration
 	submit := func() {
 		if next < r.prompts {
-			if _, err := v.Submit(next, studyPrompt(next), 0); err != nil {
+			if _, err := v.Submit(next, studyPrompt(next), r.maxTokens); err != nil {
 				t.Fatal(err)
 			}
 			next++
