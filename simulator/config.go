@@ -21,6 +21,22 @@ const (
 	ReasoningFieldThink = "think"
 )
 
+// LengthPreset is a named shape of answer lengths (OutputMedian and
+// OutputSigma).
+type LengthPreset struct {
+	Median int
+	Sigma  float64
+}
+
+// LengthPresets are the shapes `aerie sim --lengths` knows: the reference
+// run's (a mean of about 2,200 tokens, the default), and a reasoning
+// model's heavy tail on short answers, a mean of 300 tokens with σ 1.2, a
+// few answers in 6,000 past 10,000 tokens (docs/eta.md, "Heavy tails").
+var LengthPresets = map[string]LengthPreset{
+	"reference":  {Median: DefaultOutputMedian, Sigma: DefaultOutputSigma},
+	"heavy-tail": {Median: 146, Sigma: 1.2},
+}
+
 // Scheduling policies (Config.SchedulingPolicy), by vLLM's names.
 const (
 	SchedulingFCFS     = "fcfs"

@@ -32,6 +32,14 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.Int64Var(&c.Seed, prefix+"seed", d.Seed, "seed for answer lengths, text and injected faults")
 	fs.IntVar(&c.OutputMedian, prefix+"output-median", d.OutputMedian, "median completion tokens")
 	fs.Float64Var(&c.OutputSigma, prefix+"output-sigma", d.OutputSigma, "lognormal sigma of completion tokens")
+	fs.Func(prefix+"lengths", "a preset of --"+prefix+"output-median and --"+prefix+"output-sigma, which override it when they come after it: reference (median 1400, sigma 0.95: the default) or heavy-tail (median 146, sigma 1.2: a mean of 300 tokens, a few answers past 10,000)", func(name string) error {
+		p, ok := simulator.LengthPresets[name]
+		if !ok {
+			return fmt.Errorf("unknown preset %q: want reference or heavy-tail", name)
+		}
+		c.OutputMedian, c.OutputSigma = p.Median, p.Sigma
+		return nil
+	})
 	fs.IntVar(&c.KVCacheTokens, prefix+"kv-cache-tokens", d.KVCacheTokens, "KV cache size in tokens (vLLM's \"GPU KV cache size\"): admission waits for room, a full cache preempts the latest admitted request; at least --"+prefix+"max-model-len")
 	fs.DurationVar(&c.StepBase, prefix+"step-base", d.StepBase, "decode step time at batch size 0 (simulated)")
 	c.StepPerSeq, c.PrefillPerToken = d.StepPerSeq, d.PrefillPerToken

@@ -50,4 +50,17 @@ func TestSimFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--step-per-seq", "-1ms"}); err == nil {
 		t.Error("a negative step per seq was accepted")
 	}
+	// --lengths sets both shape flags; one given after it overrides its part.
+	if h := parse("--sim-lengths", "heavy-tail"); h.OutputMedian != 146 || h.OutputSigma != 1.2 {
+		t.Errorf("heavy-tail: median %d, sigma %v; want 146 and 1.2", h.OutputMedian, h.OutputSigma)
+	}
+	if h := parse("--sim-lengths", "heavy-tail", "--sim-output-sigma", "1.5"); h.OutputMedian != 146 || h.OutputSigma != 1.5 {
+		t.Errorf("heavy-tail then sigma 1.5: median %d, sigma %v; want 146 and 1.5", h.OutputMedian, h.OutputSigma)
+	}
+	fs = flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addSimFlags(fs, "")
+	if err := fs.Parse([]string{"--lengths", "long"}); err == nil {
+		t.Error("an unknown length preset was accepted")
+	}
 }
