@@ -34,12 +34,14 @@ type completionHead struct {
 	Turns        int          `json:"turns"`
 	TurnsPlanned int          `json:"turns_planned"`
 	Usage        schema.Usage `json:"usage"`
+	LengthHint   int          `json:"length_hint"`
 }
 
 func resultHead(r *schema.Result) completionHead {
 	return completionHead{
 		Messages: turnHeads(r.Messages), FinishReason: r.FinishReason, Truncated: r.Truncated,
 		Turns: r.Turns, TurnsPlanned: r.TurnsPlanned, Usage: schema.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
+		LengthHint: r.LengthHint,
 	}
 }
 
@@ -54,10 +56,10 @@ func resultHead(r *schema.Result) completionHead {
 func (h completionHead) answer(turnsAll bool) throughput.Answer {
 	last := throughput.Request{CompletionTokens: h.Usage.CompletionTokens, Truncated: h.FinishReason == "length"}
 	if !turnsAll {
-		return throughput.Answer{Requests: []throughput.Request{last}}
+		return throughput.Answer{Requests: []throughput.Request{last}, LengthHint: h.LengthHint}
 	}
 	turns := max(h.Turns, 1)
-	a := throughput.Answer{Requests: make([]throughput.Request, 0, turns)}
+	a := throughput.Answer{Requests: make([]throughput.Request, 0, turns), LengthHint: h.LengthHint}
 	assistants := 0
 	earlier := 0
 	for _, m := range h.Messages {

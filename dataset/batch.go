@@ -20,6 +20,8 @@ type batchFields struct {
 	Method   json.RawMessage `json:"method"`
 	URL      json.RawMessage `json:"url"`
 	Body     json.RawMessage `json:"body"`
+	// LengthHint is the line's own length_hint, beside custom_id.
+	LengthHint json.RawMessage `json:"length_hint"`
 }
 
 // batchMarker is looked for before a line is decoded as a Batch request,
@@ -84,7 +86,11 @@ func parseBatch(f batchFields, opts ParseOptions) (Line, error) {
 	if !present(rawMsgs) {
 		return Line{}, errors.New("body has no messages")
 	}
-	msgs, err := parseTurns(rawMsgs, "body.messages", opts.Turns == schema.TurnsAll)
+	msgs, answer, err := parseTurns(rawMsgs, "body.messages", opts.Turns == schema.TurnsAll)
+	if err != nil {
+		return Line{}, err
+	}
+	hint, err := lengthHint(f.LengthHint, answer)
 	if err != nil {
 		return Line{}, err
 	}
@@ -104,5 +110,5 @@ func parseBatch(f batchFields, opts ParseOptions) (Line, error) {
 			params = &p
 		}
 	}
-	return Line{ID: id, Messages: msgs, Params: params}, nil
+	return Line{ID: id, Messages: msgs, Params: params, LengthHint: hint}, nil
 }

@@ -52,7 +52,11 @@ type CompletionLine struct {
 	TurnsPlanned int `json:"turns_planned,omitempty"`
 	// Usage is summed over the turns generated.
 	Usage schema.Usage `json:"usage"`
-	Model string       `json:"model"`
+	// LengthHint is the tokens the input led to expect (its length_hint,
+	// or its own answer's size), beside usage.completion_tokens; absent
+	// when it had none.
+	LengthHint int    `json:"length_hint,omitempty"`
+	Model      string `json:"model"`
 	// Params are the parameters the answer was generated with: the run's,
 	// overridden by the prompt's own, for this sample.
 	Params     schema.Params `json:"params"`
@@ -80,6 +84,7 @@ func NewCompletionLine(r *schema.Result) CompletionLine {
 		Model: r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,
 		Simulated: r.Simulated, PromptTokenIDs: r.PromptTokenIDs, TokenIDs: r.TokenIDs,
+		LengthHint: r.LengthHint,
 	}
 }
 

@@ -17,7 +17,7 @@ var parquetMagic = []byte("PAR1")
 
 // Columns of a Parquet prompts file: the fields of a JSONL line, with the
 // same meaning. Any other column is ignored.
-var parquetColumns = []string{"id", "messages", "conversations", "prompt", "params"}
+var parquetColumns = []string{"id", "messages", "conversations", "prompt", "params", "length_hint"}
 
 // isParquet reports whether the file starts and ends with Parquet's
 // magic bytes: the content decides, not the name.

@@ -43,6 +43,7 @@ type lineFields struct {
 	Conversations json.RawMessage `json:"conversations"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Params        json.RawMessage `json:"params"`
+	LengthHint    json.RawMessage `json:"length_hint"`
 }
 
 // turnFields are the fields of one chat turn: role and content (OpenAI,
@@ -72,7 +73,9 @@ type turnFields struct {
 //
 // Each may carry a "params" object of request parameters for this prompt
 // alone (see schema.ParamsFromJSON), e.g. {"temperature": 0.2, "top_k":
-// 20}; a wrong one makes the line invalid.
+// 20}; a wrong one makes the line invalid. Each may carry a "length_hint",
+// the tokens its answer is expected to take (see Line.LengthHint), which
+// orders the queue longest first.
 //
 // Roles are system, user and assistant; ShareGPT's human and gpt mean user
 // and assistant. Content is a string or a list of {"type": "text", "text"}
@@ -132,6 +135,11 @@ type Line struct {
 	// Messages (ContentID), as queued: with TurnsAll the input's
 	// assistant texts are not part of it.
 	Derived bool
+	// LengthHint is how many tokens the answer is expected to take: the
+	// line's length_hint, or else the size of the input's own answer to
+	// the turn to be generated (with TurnsAll, of all its assistant
+	// turns) at BytesPerToken. Zero: no hint.
+	LengthHint int
 }
 
 // ParseLineWith reads one JSONL line (see ParseLine for the accepted
@@ -170,16 +178,18 @@ type quickLine struct {
 	Conversations []turnFields    `json:"conversations"`
 	Prompt        json.RawMessage `json:"prompt"`
 	Params        json.RawMessage `json:"params"`
+	LengthHint    json.RawMessage `json:"length_hint"`
 }
 
 func (q *quickLine) parse(all bool) (Line, error) {
 	var msgs []schema.Message
+	var answer int
 	var err error
 	switch {
 	case q.Messages != nil: // [] decodes to an empty, non-nil slice
-		msgs, err = buildTurns(q.Messages, "messages", len(q.Messages), all)
+		msgs, answer, err = buildTurns(q.Messages, "messages", len(q.Messages), all)
 	case q.Conversations != nil:
-		msgs, err = buildTurns(q.Conversations, "conversations", len(q.Conversations), all)
+		msgs, answer, err = buildTurns(q.Conversations, "conversations", len(q.Conversations), all)
 	case present(q.Prompt):
 		msgs, err = parsePrompt(q.Prompt)
 	default:
@@ -188,7 +198,7 @@ func (q *quickLine) parse(all bool) (Line, error) {
 	if err != nil {
 		return Line{}, err
 	}
-	return finishLine(q.ID, q.Params, msgs)
+	return finishLine(q.ID, q.Params, q.LengthHint, msgs, answer)
 }
 
 var errNoPrompt = errors.New("no messages, conversations or prompt field")
@@ -200,12 +210,13 @@ func parseDetailed(line []byte, all bool) (Line, error) {
 		return Line{}, jsonProblem(line, err)
 	}
 	var msgs []schema.Message
+	var answer int
 	var err error
 	switch {
 	case present(f.Messages):
-		msgs, err = parseTurns(f.Messages, "messages", all)
+		msgs, answer, err = parseTurns(f.Messages, "messages", all)
 	case present(f.Conversations):
-		msgs, err = parseTurns(f.Conversations, "conversations", all)
+		msgs, answer, err = parseTurns(f.Conversations, "conversations", all)
 	case present(f.Prompt):
 		msgs, err = parsePrompt(f.Prompt)
 	default:
@@ -214,12 +225,13 @@ func parseDetailed(line []byte, all bool) (Line, error) {
 	if err != nil {
 		return Line{}, err
 	}
-	return finishLine(f.ID, f.Params, msgs)
+	return finishLine(f.ID, f.Params, f.LengthHint, msgs, answer)
 }
 
-// finishLine reads the id (or derives it from the messages) and the
-// params of a line whose messages were read.
-func finishLine(rawID, rawParams json.RawMessage, msgs []schema.Message) (Line, error) {
+// finishLine reads the id (or derives it from the messages), the params
+// and the length hint of a line whose messages were read; answerBytes is
+// the size of the input's own answers to the turns to generate.
+func finishLine(rawID, rawParams, rawHint json.RawMessage, msgs []schema.Message, answerBytes int) (Line, error) {
 	id, msgs, derived, err := finishID(rawID, msgs)
 	if err != nil {
 		return Line{}, err
@@ -228,7 +240,11 @@ func finishLine(rawID, rawParams json.RawMessage, msgs []schema.Message) (Line, 
 	if err != nil {
 		return Line{}, err
 	}
-	return Line{ID: id, Messages: msgs, Params: params, Derived: derived}, nil
+	hint, err := lengthHint(rawHint, answerBytes)
+	if err != nil {
+		return Line{}, err
+	}
+	return Line{ID: id, Messages: msgs, Params: params, Derived: derived, LengthHint: hint}, nil
 }
 
 // parseParams reads a line's "params": nil when absent, null or empty.
@@ -313,22 +329,22 @@ func parsePrompt(raw json.RawMessage) ([]schema.Message, error) {
 }
 
 // parseTurns reads a list of chat turns, checking the type of each.
-func parseTurns(raw json.RawMessage, field string, all bool) ([]schema.Message, error) {
+func parseTurns(raw json.RawMessage, field string, all bool) ([]schema.Message, int, error) {
 	var items []json.RawMessage
 	if raw[0] != '[' {
-		return nil, fmt.Errorf("%s must be a list of {role, content} objects, found %s", field, kindOf(raw))
+		return nil, 0, fmt.Errorf("%s must be a list of {role, content} objects, found %s", field, kindOf(raw))
 	}
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, fmt.Errorf("%s: %v", field, err)
+		return nil, 0, fmt.Errorf("%s: %v", field, err)
 	}
 	turns := make([]turnFields, len(items))
 	for i, item := range items {
 		n := i + 1
 		if len(item) == 0 || item[0] != '{' {
-			return nil, fmt.Errorf("message %d must be an object with role and content, found %s", n, kindOf(item))
+			return nil, 0, fmt.Errorf("message %d must be an object with role and content, found %s", n, kindOf(item))
 		}
 		if err := json.Unmarshal(item, &turns[i]); err != nil {
-			return nil, fmt.Errorf("message %d: %v", n, err)
+			return nil, 0, fmt.Errorf("message %d: %v", n, err)
 		}
 	}
 	return buildTurns(turns, field, len(items), all)
@@ -337,53 +353,58 @@ func parseTurns(raw json.RawMessage, field string, all bool) ([]schema.Message, 
 // buildTurns drops a final assistant turn and checks that what is left can
 // be sent as a prompt. With all (--turns all) every assistant turn left
 // must directly follow a user message and becomes a placeholder with empty
-// content: its text is not read.
-func buildTurns(turns []turnFields, field string, given int, all bool) ([]schema.Message, error) {
+// content: its text is not read. It also returns the size in bytes of the
+// input's own answers to the turns to be generated (answerBytes): the
+// final assistant turn, and with all every assistant turn; zero when the
+// input has none.
+func buildTurns(turns []turnFields, field string, given int, all bool) (msgs []schema.Message, answerBytes int, err error) {
 	if len(turns) == 0 {
-		return nil, fmt.Errorf("%s is empty", field)
+		return nil, 0, fmt.Errorf("%s is empty", field)
 	}
 	roles := make([]string, len(turns))
 	for i, t := range turns {
 		role, err := parseRole(t, i+1)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		roles[i] = role
 	}
 	if roles[len(roles)-1] == roleAssistant {
 		// The answer being regenerated: its content is not read at all,
 		// so a placeholder (empty, null) there is fine.
+		answerBytes = answerSize(turns[len(turns)-1])
 		turns, roles = turns[:len(turns)-1], roles[:len(roles)-1]
 	}
 	if !containsUser(roles) {
 		if len(roles) < given {
-			return nil, errors.New("no user message left after dropping the final assistant answer")
+			return nil, 0, errors.New("no user message left after dropping the final assistant answer")
 		}
-		return nil, errors.New("no user message")
+		return nil, 0, errors.New("no user message")
 	}
 	if last := roles[len(roles)-1]; last != roleUser {
-		return nil, fmt.Errorf("message %d: the conversation must end with a user message (after a final assistant answer is dropped), found %s", len(roles), last)
+		return nil, 0, fmt.Errorf("message %d: the conversation must end with a user message (after a final assistant answer is dropped), found %s", len(roles), last)
 	}
 	if all {
 		for i, r := range roles {
 			if r == roleAssistant && (i == 0 || roles[i-1] != roleUser) {
-				return nil, fmt.Errorf("message %d: an assistant turn must follow a user message to be regenerated with --turns all", i+1)
+				return nil, 0, fmt.Errorf("message %d: an assistant turn must follow a user message to be regenerated with --turns all", i+1)
 			}
 		}
 	}
-	msgs := make([]schema.Message, len(turns))
+	msgs = make([]schema.Message, len(turns))
 	for i, t := range turns {
 		if all && roles[i] == roleAssistant {
 			msgs[i] = schema.Message{Role: roleAssistant}
+			answerBytes += answerSize(t)
 			continue
 		}
 		content, err := parseContent(t, i+1)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		msgs[i] = schema.Message{Role: roles[i], Content: content}
 	}
-	return msgs, nil
+	return msgs, answerBytes, nil
 }
 
 func containsUser(roles []string) bool {

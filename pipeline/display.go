@@ -12,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/status"
 )
 
 // Display shows throughput events to a person on a terminal as a progress
@@ -89,6 +90,9 @@ func (s *Summary) Print(w io.Writer) {
 		fmt.Fprintf(w, "  samples      %d total (%d per prompt), %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Samples, s.Completed, s.Truncated, s.Failed)
 	} else {
 		fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
+	}
+	if s.HintedAnswers >= 3 {
+		fmt.Fprintf(w, "  length hints %s\n", status.HintNote(s.HintRankCorrelation, s.HintedAnswers))
 	}
 	if s.Turns == schema.TurnsAll && s.TotalTurns > 0 {
 		fmt.Fprintf(w, "  turns        %d total, %d generated (every assistant turn regenerated)\n", s.TotalTurns, s.CompletedTurns)

@@ -93,6 +93,9 @@ type Config struct {
 	// default.
 	EventInterval time.Duration
 	SkipInvalid   bool
+	// Order is the queue's order (producer.Config.Order); empty decides
+	// from the prompts' length hints.
+	Order string
 	// Preflight, if set, runs once the broker and the backend are up and
 	// before anything is queued; an error stops the run there.
 	Preflight func(ctx context.Context, natsURL, backendURL, model string) error
@@ -115,6 +118,10 @@ type Summary struct {
 	Total, Completed, Failed int
 	Truncated                int
 	Done                     bool
+	// HintedAnswers and HintRankCorrelation say how well the prompts'
+	// length hints ranked the answers (schema.Throughput's fields).
+	HintedAnswers       int
+	HintRankCorrelation float64
 	// Paused is the time workers spent paused because the backend was
 	// down (summed over workers), and HandedBack the prompts they handed
 	// back meanwhile.
@@ -428,7 +435,8 @@ func startProduce(ctx context.Context, js jetstream.JetStream, cfg Config, model
 			p.err = err
 			return
 		}
-		log.Info("prompts queued", "prompts", rep.Valid, "samples", rep.Samples, "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid)
+		log.Info("prompts queued", "prompts", rep.Valid, "samples", rep.Samples, "new", rep.Published, "already_queued", rep.AlreadyQueued, "invalid_skipped", rep.Invalid,
+			"order", rep.Order, "length_hints", rep.Hinted)
 	}()
 	select {
 	case <-accepted:
@@ -472,7 +480,7 @@ func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config 
 		Run: cfg.Run, PromptsFile: cfg.PromptsFile, Model: model,
 		Params: cfg.Params, Policy: cfg.Policy,
 		Turns: cfg.Turns, ContextReasoning: cfg.ContextReasoning, Samples: cfg.Samples, ReturnTokenIDs: cfg.ReturnTokenIDs,
-		SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log,
+		SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log, Order: cfg.Order,
 	}
 }
 
@@ -494,6 +502,7 @@ func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.
 	return &Summary{
 		Run: cfg.Run, Total: last.Total, Completed: last.Completed, Failed: last.Failed,
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
+		HintedAnswers: last.HintedAnswers, HintRankCorrelation: last.HintRankCorrelation,
 		Paused: paused, HandedBack: handedBack,
 		Wall:           time.Since(start),
 		RequestsPerSec: float64(completed) / workTime.Seconds(), TurnsPerSec: float64(turns) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),

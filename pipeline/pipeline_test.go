@@ -54,6 +54,7 @@ type line struct {
 	Usage        struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
+	LengthHint int `json:"length_hint"`
 }
 
 func readOutput(t *testing.T, path string) []line {

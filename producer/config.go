@@ -82,6 +82,14 @@ type Config struct {
 	// keeps its stored schedule (`aerie runs set` changes it): a schedule
 	// given that differs is reported, not applied.
 	Schedule *schema.Schedule
+	// Order is the order prompts are queued in, which is the order workers
+	// take them: OrderInput (the file's), OrderLongestFirst (by
+	// descending length hint, the prompts without one after them in the
+	// file's order), or empty for longest first when at least half the
+	// valid prompts have a hint, and the file's order otherwise. Queuing
+	// the longest answers first keeps one of them from starting last and
+	// holding the whole fleet at the end of the run.
+	Order string
 	// SkipInvalid publishes the valid lines when some are invalid (the
 	// problems are logged and reported). False, the default, publishes
 	// nothing when any line is invalid: a run should not silently miss
@@ -162,6 +170,11 @@ func (c Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("context reasoning %q: use %s (earlier answers go back as content only) or %s (with their reasoning)", c.ContextReasoning, schema.ContextReasoningDrop, schema.ContextReasoningKeep))
+	}
+	switch c.Order {
+	case "", OrderInput, OrderLongestFirst:
+	default:
+		errs = append(errs, fmt.Errorf("order %q: use %s or %s", c.Order, OrderInput, OrderLongestFirst))
 	}
 	if c.Samples < 0 || c.Samples > MaxSamples {
 		errs = append(errs, fmt.Errorf("samples is %d: use 1 to %d answers per prompt (0 means 1)", c.Samples, MaxSamples))

@@ -195,14 +195,18 @@ func publishFile(ctx context.Context, cfg Config, sc *scan, pub *publisher) erro
 		return fmt.Errorf("produce run %s: %s: %w", cfg.Run, cfg.PromptsFile, err)
 	}
 	defer rd.Close()
+	if sc.report.Order == OrderLongestFirst {
+		return publishLongestFirst(ctx, cfg, sc, rd, pub)
+	}
 	pub.start(ctx)
-	err = feed(ctx, cfg, sc, rd, pub)
+	err = feed(ctx, cfg, sc, rd, pub.add)
 	pub.finish(ctx)
 	return err
 }
 
-// feed reads the file and adds each accepted prompt to the publisher.
-func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, pub *publisher) error {
+// feed reads the file and hands each accepted prompt's messages to add,
+// in the file's order.
+func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, add func(context.Context, *entry) error) error {
 	source := filepath.Base(cfg.PromptsFile)
 	unit := rd.Unit()
 	queued := 0
@@ -236,7 +240,7 @@ func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, pub *pu
 			if err != nil {
 				return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, unit, n, err)
 			}
-			if err := pub.add(ctx, &entry{line: n, id: l.ID, sample: k, msg: msg}); err != nil {
+			if err := add(ctx, &entry{line: n, id: l.ID, sample: k, msg: msg, hint: l.LengthHint}); err != nil {
 				return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
 					cfg.Run, unit, n, cfg.PromptsFile, err)
 			}
@@ -268,5 +272,6 @@ func logSummary(cfg Config, rep *Report) {
 		"run", cfg.Run, "file", cfg.PromptsFile,
 		"lines", rep.Lines, "valid", rep.Valid, "invalid", rep.Invalid,
 		"published", rep.Published, "already_queued", rep.AlreadyQueued, "failed", rep.Failed,
+		"order", rep.Order, "length_hints", rep.Hinted,
 		"elapsed", rep.Elapsed.Round(time.Millisecond), "prompts_per_sec", math.Round(rate))
 }

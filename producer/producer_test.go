@@ -456,7 +456,7 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	pub := newPublisher(e.js, cfg, nil, 0, nil)
 	pub.start(ctx)
 	changed := strings.Join(append(promptLines(0, 2), promptLines(10, 3)...), "\n")
-	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "changed.jsonl", strings.Split(changed, "\n"))), pub)
+	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "changed.jsonl", strings.Split(changed, "\n"))), pub.add)
 	pub.finish(ctx)
 	if err == nil || !strings.Contains(err.Error(), "changed while it was being produced") {
 		t.Fatalf("changed file: %v", err)
@@ -468,7 +468,7 @@ func TestFileChangedBetweenPasses(t *testing.T) {
 	edited[3] = strings.Replace(edited[3], "question 3", "question 3, edited", 1)
 	pub = newPublisher(e.js, cfg, nil, 0, nil)
 	pub.start(ctx)
-	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "edited.jsonl", edited)), pub)
+	err = feed(ctx, cfg, sc, openReader(t, e.file(t, "edited.jsonl", edited)), pub.add)
 	pub.finish(ctx)
 	if err == nil || !strings.Contains(err.Error(), `the prompt "p-00003" on line 4 is not the one validated`) {
 		t.Fatalf("edited line: %v", err)

@@ -45,7 +45,9 @@ type entry struct {
 	id   string
 	// sample is the prompt's sample this message queues (0 without
 	// samples).
-	sample   int
+	sample int
+	// hint is the prompt's length hint, which orders the queue.
+	hint     int
 	msg      *nats.Msg
 	attempts int
 	future   jetstream.PubAckFuture

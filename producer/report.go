@@ -61,7 +61,13 @@ type Report struct {
 	// manifest. Validate's differs from Run's only when a prompt is over
 	// the server's max_payload, which only Run can tell.
 	PromptsDigest string
-	Elapsed       time.Duration
+	// Hinted counts the valid prompts with a length hint (see
+	// dataset.Line.LengthHint), and Order is the order they were queued
+	// in (Config.Order, decided).
+	Hinted int
+	Order  string
+	// Elapsed is how long the produce took.
+	Elapsed time.Duration
 }
 
 func (r *Report) addProblem(p Problem) {

@@ -84,6 +84,7 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 	sc.report.Samples = cfg.samples()
 	sc.report.Units = sc.report.Valid * cfg.samples()
 	sc.report.Turns = sc.turns * cfg.samples()
+	sc.report.Order = cfg.order(sc.report.Hinted, sc.report.Valid)
 	return sc, nil
 }
 
@@ -135,6 +136,9 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 	}
 	entry.rejected = reason != ""
 	sc.ids.put(key, entry)
+	if !entry.rejected && l.LengthHint > 0 {
+		sc.report.Hinted++
+	}
 	if !entry.rejected {
 		if cfg.turnsAll() {
 			sc.turns += schema.TurnSlots(l.Messages)

@@ -149,6 +149,9 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 		done += fmt.Sprintf("; %s from aerie's simulator, not a model", thousands(c.simulated))
 	}
 	add("completed", "%s", done)
+	if corr, n := c.hints.Correlation(); n >= 3 && !math.IsNaN(corr) {
+		add("length hints", "rank correlation %.2f with the tokens taken, over %s answers with a hint", corr, thousands(n))
+	}
 	failed := thousands(f.count)
 	if f.count > 0 {
 		var parts []string

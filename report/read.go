@@ -12,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/throughput"
 )
 
 // maxSkipNotes bounds the unreadable lines a report names one by one;
@@ -48,6 +49,8 @@ type completions struct {
 	simulated        int
 	byWorker         map[string]int
 	first, last      time.Time // finished_at
+	// hints measures how well the lines' length hints ranked them.
+	hints throughput.HintAccuracy
 }
 
 // reasonIndex is the index of a finish reason in c.reasons; past 255
@@ -86,6 +89,7 @@ func (c *completions) add(l *dataset.CompletionLine) {
 	if l.IsTruncated() {
 		c.truncated++
 	}
+	c.hints.Add(l.LengthHint, l.Usage.CompletionTokens)
 	if l.Simulated {
 		c.simulated++
 	}

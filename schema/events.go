@@ -122,6 +122,13 @@ type Throughput struct {
 	Failed    int `json:"failed"`
 	// Truncated counts completions whose finish_reason was "length".
 	Truncated int `json:"truncated"`
+	// HintedAnswers counts the completed lines whose prompt had a length
+	// hint, and HintRankCorrelation is Spearman's rank correlation
+	// between their hints and the tokens they took (over a sample of
+	// 4,096 of them at most): 1 when the hints ordered the answers
+	// exactly, 0 when they said nothing. Absent with fewer than three.
+	HintedAnswers       int     `json:"hinted_answers,omitempty"`
+	HintRankCorrelation float64 `json:"hint_rank_correlation,omitempty"`
 	// InFlight is the sum of the in-flight counts of live workers, at most
 	// the lines not yet completed or failed (zero once the run is done).
 	InFlight int `json:"in_flight"`

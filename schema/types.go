@@ -55,6 +55,12 @@ type Prompt struct {
 	// Params, when not nil, are the input line's own parameters: they
 	// override the run's for this prompt (see Params.Override).
 	Params *Params `msgpack:"params,omitempty"`
+	// LengthHint is the tokens the answer is expected to take, from the
+	// input (dataset.Line.LengthHint); zero for none. The producer orders
+	// the queue by it, and the finished answers say how well it
+	// predicted their length. It is not part of what the prompt asks, so
+	// not of its digest.
+	LengthHint int `msgpack:"length_hint,omitempty"`
 }
 
 // Unit is the prompt's unit of work: its id and sample.
@@ -111,6 +117,9 @@ type Result struct {
 	// run asked for them.
 	PromptTokenIDs []int `msgpack:"prompt_token_ids,omitempty"`
 	TokenIDs       []int `msgpack:"token_ids,omitempty"`
+	// LengthHint is the prompt's (Prompt.LengthHint), so that the output
+	// says how well it predicted CompletionTokens.
+	LengthHint int `msgpack:"length_hint,omitempty"`
 }
 
 // Unit is the result's unit of work: its id and sample.

@@ -88,6 +88,7 @@ func gatherEvent(ctx context.Context, r reader, st *Run, opts Options, now time.
 	a.Stale = a.Stale && ev.Phase != schema.PhaseDone
 	st.Event = &a
 	st.Phase, st.Completed, st.Failed, st.Truncated = ev.Phase, ev.Completed, ev.Failed, ev.Truncated
+	st.HintedAnswers, st.HintRankCorrelation = ev.HintedAnswers, ev.HintRankCorrelation
 	for reason, n := range ev.FailedByReason {
 		st.FailedByReason[reason] = n
 	}

@@ -32,6 +32,10 @@ type Run struct {
 	// than the count.
 	FailedByReason map[string]int `json:"failed_by_reason"`
 	Truncated      int            `json:"truncated"`
+	// HintedAnswers and HintRankCorrelation say how well the prompts'
+	// length hints ranked the answers (schema.Throughput's fields).
+	HintedAnswers       int     `json:"hinted_answers,omitempty"`
+	HintRankCorrelation float64 `json:"hint_rank_correlation,omitempty"`
 	// InFlight counts the prompts delivered to workers and not yet
 	// acknowledged (the workers' consumer): being generated, or waiting
 	// for a retry. Without that consumer, the requests the live workers

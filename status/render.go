@@ -27,6 +27,9 @@ func WriteRun(w io.Writer, st *Run) error {
 	if st.Truncated > 0 {
 		fmt.Fprintf(tw, "truncated\t%s (kept, finish_reason length)\n", count(st.Truncated))
 	}
+	if st.HintedAnswers >= 3 {
+		fmt.Fprintf(tw, "hints\tlength hints: %s\n", HintNote(st.HintRankCorrelation, st.HintedAnswers))
+	}
 	fmt.Fprintf(tw, "in flight\t%s on %d live worker%s  queued %s  redelivered %s\n", count(st.InFlight), st.LiveWorkers, plural(st.LiveWorkers),
 		count(int(st.Queue.Pending)), count(st.Queue.Redelivered))
 	fmt.Fprintf(tw, "rate\t%s req/s  %s tok/s  (overall %s req/s, %s tok/s)\n", rate(st.RequestsPerSec), count(int(st.TokensPerSec+0.5)),
@@ -236,4 +239,10 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// HintNote says how well length hints ranked n answers: Spearman's rank
+// correlation, which longest-first order needs well above 0 to help.
+func HintNote(correlation float64, n int) string {
+	return fmt.Sprintf("rank correlation %.2f with the tokens taken, over %s answers with a hint", correlation, count(n))
 }

@@ -15,7 +15,7 @@ func fixedRun() *status.Run {
 	return &status.Run{
 		Run: "kimi", Model: "moonshotai/Kimi-K2.5", Total: 25000, Phase: schema.PhaseSteady,
 		Completed: 12345, Failed: 12, FailedByReason: map[string]int{schema.ReasonPermanent: 10, schema.ReasonExhausted: 2},
-		Truncated: 3, InFlight: 400, LiveWorkers: 2,
+		Truncated: 3, InFlight: 400, LiveWorkers: 2, HintedAnswers: 12000, HintRankCorrelation: 0.712,
 		RequestsPerSec: 1.42, TokensPerSec: 612.4, RequestsPerSecOverall: 1.38, TokensPerSecOverall: 590,
 		ETASec: 72 * 60, ETALowSec: 58 * 60, ETAHighSec: 91 * 60, ElapsedSec: 2*3600 + 30*60,
 		Event:      &status.Age{At: at, AgeSec: 1.2},
@@ -47,6 +47,7 @@ func TestWriteRunShowsEveryFigure(t *testing.T) {
 		"ETA         1h12m (58m–1h31m)", "elapsed 2h30m",
 		"cpu-1 pid 4121 writing /data/kimi", "7 results",
 		"WORKER", "HOST", "BACKEND",
+		"length hints: rank correlation 0.71 with the tokens taken, over 12,000 answers with a hint",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)

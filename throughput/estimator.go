@@ -136,6 +136,9 @@ type Answer struct {
 	// turn, which ended it: they will never run, so for the ETA they are
 	// done. Zero with --turns last.
 	Skipped int
+	// LengthHint is the tokens the input led to expect for the whole
+	// line (all its turns); zero for none.
+	LengthHint int
 }
 
 // Single is the answer of a line that took one request, as every line
@@ -171,8 +174,9 @@ type Estimator struct {
 	exact     logMoments // written requests that were not truncated
 	truncLens histogram  // truncated requests, censored at their length
 	limit     int64      // longest truncated request: the max_tokens limit
-	longest   int64      // longest written request
-	sumTokens float64    // of every written request, for the plain mean
+	hints     HintAccuracy
+	longest   int64   // longest written request
+	sumTokens float64 // of every written request, for the plain mean
 
 	completions completionCounter
 	workers     map[string]*worker
@@ -250,6 +254,13 @@ func (e *Estimator) Reopened(requests int) {
 }
 
 func (e *Estimator) addAnswer(a Answer) {
+	if a.LengthHint > 0 {
+		total := 0
+		for _, r := range a.Requests {
+			total += max(r.CompletionTokens, 0)
+		}
+		e.hints.Add(a.LengthHint, total)
+	}
 	e.completed++
 	if n := len(a.Requests); n > 0 && a.Requests[n-1].Truncated {
 		e.truncated++
@@ -385,6 +396,12 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		out.TokensPerSecOverall = streamed / elapsed
 	}
 	out.TokensPerSec = rateWindow
+	if c, n := e.hints.Correlation(); n > 0 {
+		out.HintedAnswers = n
+		if !math.IsNaN(c) {
+			out.HintRankCorrelation = c
+		}
+	}
 	if e.requests > 0 {
 		out.MeanCompletionTokens = e.sumTokens / float64(e.requests)
 	}

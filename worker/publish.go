@@ -49,6 +49,7 @@ func (w *Worker) result(attempt int, j *job) *schema.Result {
 		FinishedAt:     time.Now().UTC(),
 		Turns:          len(j.turns),
 		PromptTokenIDs: last.Answer.PromptTokenIDs, TokenIDs: last.Answer.TokenIDs,
+		LengthHint: j.p.LengthHint,
 	}
 	if j.all {
 		r.Messages = turnContext(j.p.Messages, j.turns, len(j.turns)-1)

@@ -138,6 +138,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	prompts := fs.String("prompts", "", `JSONL file of prompts: {id, messages}, {id, conversations} or {id, prompt}, each with optional "params" of its own`)
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid (they are listed)")
 	dryRun := fs.Bool("dry-run", false, "validate the file and print what would be queued; publish nothing")
+	order := addOrderFlag(fs)
 	var sf samplingFlags
 	addSamplingFlags(fs, &sf, "model name as the backend serves it (required)")
 	bf := addBackendFlags(fs, "", "when given, it must serve --model before anything is queued; empty: no check")
@@ -166,7 +167,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	}
 	cfg := producer.Config{
 		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(), Policy: policy,
-		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov,
+		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov, Order: *order,
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "priority" || f.Name == "weight" {
@@ -187,8 +188,8 @@ func cmdProduce(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; nothing published (--dry-run)\n",
-			*prompts, rep.Lines, rep.Valid, rep.Invalid, unitsNote(rep), rep.PromptsDigest)
+		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; %s; nothing published (--dry-run)\n",
+			*prompts, rep.Lines, rep.Valid, rep.Invalid, unitsNote(rep), rep.PromptsDigest, orderNote(rep))
 		return nil
 	}
 	if sf.model == "" {
@@ -204,13 +205,23 @@ func cmdProduce(ctx context.Context, args []string) error {
 		return err
 	}
 	if rep.Samples > 1 {
-		fmt.Printf("run %s: %d prompts valid x %d samples = %d samples, %d newly queued, %d already queued, %d invalid skipped, in %s\n",
-			*run, rep.Valid, rep.Samples, rep.Units, rep.Published, rep.AlreadyQueued, rep.Invalid, rep.Elapsed.Round(1e6))
+		fmt.Printf("run %s: %d prompts valid x %d samples = %d samples, %d newly queued, %d already queued, %d invalid skipped, %s, in %s\n",
+			*run, rep.Valid, rep.Samples, rep.Units, rep.Published, rep.AlreadyQueued, rep.Invalid, orderNote(rep), rep.Elapsed.Round(1e6))
 		return nil
 	}
-	fmt.Printf("run %s: %d prompts valid, %d newly queued, %d already queued, %d invalid skipped, in %s\n",
-		*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Invalid, rep.Elapsed.Round(1e6))
+	fmt.Printf("run %s: %d prompts valid, %d newly queued, %d already queued, %d invalid skipped, %s, in %s\n",
+		*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Invalid, orderNote(rep), rep.Elapsed.Round(1e6))
 	return nil
+}
+
+// addOrderFlag declares --order, the order prompts are queued in.
+func addOrderFlag(fs *flag.FlagSet) *string {
+	return fs.String("order", "", "the order prompts are queued in: longest-first (by descending length hint: an input line's \"length_hint\" in tokens, or else its own final assistant answer at 4 bytes a token; the prompts without one after them) or input (the file's order); default longest-first when at least half the prompts have a hint")
+}
+
+// orderNote says in which order the prompts were queued, and why.
+func orderNote(rep *producer.Report) string {
+	return fmt.Sprintf("queued %s (%d of %d with a length hint)", rep.Order, rep.Hinted, rep.Valid)
 }
 
 // unitsNote says, for a dry run, what the valid prompts make when there

@@ -27,6 +27,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	grace := addGraceFlag(fs)
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
+	order := addOrderFlag(fs)
 	interval := fs.Duration("event-interval", 0, "period of throughput events (default 5s)")
 	metricsListen := addMetricsFlag(fs)
 	httpListen := addHTTPListenFlag(fs)
@@ -105,7 +106,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		WindowPoll: window.poll, HandBackAfter: window.handBack(), Grace: *grace, NATSListen: *listen,
 		YieldToServing: yield.on, ServingTTFTSLO: yield.slo, BatchPriority: yield.priority,
 		MetricsListen: *metricsListen,
-		EventInterval: *interval, SkipInvalid: *skip,
+		EventInterval: *interval, SkipInvalid: *skip, Order: *order,
 		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
