@@ -135,7 +135,11 @@ eta-study:
 # one after the other (BenchmarkBackToBack), two runs of weights 3:1
 # (BenchmarkWeights) and a high-priority run produced into a full fleet
 # (BenchmarkPriority); and a batch run beside an interactive probe, with
-# and without --yield-to-serving (BenchmarkServing).
+# and without --yield-to-serving (BenchmarkServing); then 4,000 short
+# answers (mean 100 tokens) on the same servers in input order and
+# longest first by noisy and by exact length hints (BenchmarkLongestFirst,
+# at real speed: faster, a 2-core machine cannot keep up with their
+# answers).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
@@ -146,6 +150,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkPriority|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
+	AERIE_MAKESPAN_SPEED=1 $(GO) test -run '^$$' -bench '^BenchmarkLongestFirst$$' -benchtime 1x -timeout 30m ./worker/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

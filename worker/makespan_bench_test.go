@@ -125,6 +125,17 @@ func (r makespanRun) ratio() float64 { return r.bound / r.makespan }
 
 func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	b.Helper()
+	var sims []simulator.Config
+	for _, sc := range makespanServers {
+		sims = append(sims, makespanSim(sc))
+	}
+	return runQueue(b, base, sims, brokertest.Prompts(makespanPrompts))
+}
+
+// runQueue is runMakespan of prompts, queued in their order, on servers
+// of makespanServers' sizes and speeds configured as sims.
+func runQueue(b *testing.B, base worker.Config, sims []simulator.Config, prompts []schema.Prompt) makespanRun {
+	b.Helper()
 	_, _, js := brokertest.Provisioned(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -132,16 +143,16 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	if _, err := provision.WorkersConsumer(ctx, js, run, provision.Options{}); err != nil {
 		b.Fatal(err)
 	}
-	brokertest.Queue(b, js, schema.Manifest{Run: run, Model: "test-model"}, brokertest.Prompts(makespanPrompts))
+	brokertest.Queue(b, js, schema.Manifest{Run: run, Model: "test-model"}, prompts)
 
 	base.Run = run
-	ws, start, stop := startServers(b, js, base)
+	ws, start, stop := startSims(b, js, base, sims)
 	done := func() bool {
 		var n int64
 		for _, w := range ws {
 			n += w.Stats().Completed
 		}
-		return n >= makespanPrompts
+		return n >= int64(len(prompts))
 	}
 	brokertest.Eventually(b, 10*time.Minute, done, "every prompt answered")
 	r := makespanRun{}
@@ -177,17 +188,17 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	for i := range makespanServers {
 		r.lastAnswers = append(r.lastAnswers, lastBy[fmt.Sprintf("server%d", i)].Sub(start).Seconds()*makespanSpeed)
 	}
-	mean := float64(tokens) / makespanPrompts
+	mean := float64(tokens) / float64(len(prompts))
 	var capacity float64 // prompts per simulated second
 	fastest := makespanServers[0].StepBase
 	for _, sc := range makespanServers {
 		capacity += float64(sc.MaxNumSeqs) / (mean * sc.StepBase.Seconds())
 		fastest = min(fastest, sc.StepBase)
 	}
-	r.bound = max(makespanPrompts/capacity, float64(longest)*fastest.Seconds())
+	r.bound = max(float64(len(prompts))/capacity, float64(longest)*fastest.Seconds())
 	r.makespan = last.Sub(start).Seconds() * makespanSpeed
-	queued := make([]int, 0, makespanPrompts)
-	for _, p := range brokertest.Prompts(makespanPrompts) {
+	queued := make([]int, 0, len(prompts))
+	for _, p := range prompts {
 		queued = append(queued, byID[p.ID])
 	}
 	r.ideal = bestFIFOMakespan(queued, makespanServers)
@@ -201,6 +212,16 @@ func runMakespan(b *testing.B, base worker.Config) makespanRun {
 // simulator.
 func startServers(b *testing.B, js jetstream.JetStream, base worker.Config) ([]*worker.Worker, time.Time, func()) {
 	b.Helper()
+	var sims []simulator.Config
+	for _, sc := range makespanServers {
+		sims = append(sims, makespanSim(sc))
+	}
+	return startSims(b, js, base, sims)
+}
+
+// startSims is startServers with the servers' configurations given.
+func startSims(b *testing.B, js jetstream.JetStream, base worker.Config, sims []simulator.Config) ([]*worker.Worker, time.Time, func()) {
+	b.Helper()
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) / makespanSpeed) }
 	base.Logger = quiet
 	base.WindowPoll = scale(worker.DefaultWindowPoll)
@@ -208,8 +229,8 @@ func startServers(b *testing.B, js jetstream.JetStream, base worker.Config) ([]*
 	base.Heartbeat = scale(worker.DefaultHeartbeat)
 	base.PullWait = scale(worker.DefaultPullWait)
 	var ws []*worker.Worker
-	for i, sc := range makespanServers {
-		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, makespanSim(sc))})
+	for i, sc := range sims {
+		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, sc)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,0 +1,118 @@
+package worker_test
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/throughput"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// The answers of BenchmarkLongestFirst: lognormal with median 73 tokens
+// and sigma 0.8, a mean of about 100 and the longest of 4,000 about
+// 1,400 tokens, on the two servers of BenchmarkTwoBackendsMakespan.
+const (
+	orderMedian = 73
+	orderSigma  = 0.8
+	// orderHintNoise is the lognormal sigma of the noisy hints' error
+	// around the true length: a rank correlation of about 0.7.
+	orderHintNoise = 0.5
+)
+
+// orderSims are the servers of the benchmark with its answer lengths.
+func orderSims() []simulator.Config {
+	var sims []simulator.Config
+	for _, sc := range makespanServers {
+		c := makespanSim(sc)
+		c.OutputMedian, c.OutputSigma = orderMedian, orderSigma
+		sims = append(sims, c)
+	}
+	return sims
+}
+
+// plannedLengths returns the answer length the simulator of c gives each
+// prompt: its lengths are drawn from the prompt and the seed alone, so
+// whichever server answers, this is the answer's length.
+func plannedLengths(b *testing.B, c simulator.Config, prompts []schema.Prompt) []int {
+	b.Helper()
+	v, err := simulator.NewVirtual(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([]int, len(prompts))
+	for i, p := range prompts {
+		var msgs []simulator.Message
+		for _, m := range p.Messages {
+			msgs = append(msgs, simulator.Message{Role: m.Role, Content: m.Content})
+		}
+		r, err := v.Submit(i, msgs, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out[i] = r.Length()
+	}
+	return out
+}
+
+// longestFirst returns prompts with their hints, in the order the
+// producer queues them with --order longest-first: descending hint, ties
+// in input order.
+func longestFirst(prompts []schema.Prompt, hints []int) []schema.Prompt {
+	out := slices.Clone(prompts)
+	for i := range out {
+		out[i].LengthHint = hints[i]
+	}
+	slices.SortStableFunc(out, func(a, b schema.Prompt) int { return cmp.Compare(b.LengthHint, a.LengthHint) })
+	return out
+}
+
+// BenchmarkLongestFirst runs the 4,000 prompts of the mixed fleet with
+// --window auto three ways, side by side in each iteration: in input
+// order (no hints), longest first by hints with lognormal noise of sigma
+// 0.5 around the true length, and longest first by the true lengths. It
+// reports each run's lower bound over its makespan, and beside it the
+// makespan of the ideal length-blind dispatcher of the same answers in
+// input order (bestFIFOMakespan), the best that any order-keeping
+// schedule without hints could do.
+func BenchmarkLongestFirst(b *testing.B) {
+	sims := orderSims()
+	prompts := brokertest.Prompts(makespanPrompts)
+	lengths := plannedLengths(b, sims[0], prompts)
+	rng := rand.New(rand.NewPCG(7, 11))
+	noisy := make([]int, len(lengths))
+	var acc throughput.HintAccuracy
+	for i, l := range lengths {
+		noisy[i] = max(1, int(math.Round(float64(l)*math.Exp(orderHintNoise*rng.NormFloat64()))))
+		acc.Add(noisy[i], l)
+	}
+	corr, _ := acc.Correlation()
+	blindIdeal := bestFIFOMakespan(lengths, makespanServers)
+	var blind, withNoisy, withPerfect []float64
+	for b.Loop() {
+		runs := []struct {
+			name    string
+			prompts []schema.Prompt
+			out     *[]float64
+		}{
+			{"input order", prompts, &blind},
+			{"longest first, noisy hints", longestFirst(prompts, noisy), &withNoisy},
+			{"longest first, true lengths", longestFirst(prompts, lengths), &withPerfect},
+		}
+		for _, r := range runs {
+			m := runQueue(b, worker.Config{AutoWindow: true}, sims, r.prompts)
+			b.Logf("%s: makespan %.1fs, lower bound %.1fs: %.2f of it; the ideal length-blind dispatcher in input order %.1fs (%.2f of the bound); an ideal dispatcher in this order %.1fs; handed back %d",
+				r.name, m.makespan, m.bound, m.ratio(), blindIdeal, m.bound/blindIdeal, m.ideal, m.handedBack)
+			*r.out = append(*r.out, m.ratio())
+		}
+	}
+	b.Logf("noisy hints: rank correlation %.2f with the lengths", corr)
+	b.ReportMetric(median(blind), "input-bound/makespan")
+	b.ReportMetric(median(withNoisy), "noisy-bound/makespan")
+	b.ReportMetric(median(withPerfect), "perfect-bound/makespan")
+}
