@@ -185,13 +185,13 @@ func runQueue(b *testing.B, base worker.Config, sims []simulator.Config, prompts
 	last := ends[len(ends)-1]
 	at := func(q float64) float64 { return ends[int(q*float64(len(ends)-1))].Sub(start).Seconds() * makespanSpeed }
 	r.half, r.most = at(0.5), at(0.95)
-	for i := range makespanServers {
+	for i := range sims {
 		r.lastAnswers = append(r.lastAnswers, lastBy[fmt.Sprintf("server%d", i)].Sub(start).Seconds()*makespanSpeed)
 	}
 	mean := float64(tokens) / float64(len(prompts))
 	var capacity float64 // prompts per simulated second
-	fastest := makespanServers[0].StepBase
-	for _, sc := range makespanServers {
+	fastest := sims[0].StepBase
+	for _, sc := range sims {
 		capacity += float64(sc.MaxNumSeqs) / (mean * sc.StepBase.Seconds())
 		fastest = min(fastest, sc.StepBase)
 	}
@@ -201,7 +201,7 @@ func runQueue(b *testing.B, base worker.Config, sims []simulator.Config, prompts
 	for _, p := range prompts {
 		queued = append(queued, byID[p.ID])
 	}
-	r.ideal = bestFIFOMakespan(queued, makespanServers)
+	r.ideal = bestFIFOMakespan(queued, sims)
 	return r
 }
 

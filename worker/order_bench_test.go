@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 
@@ -26,11 +27,16 @@ const (
 )
 
 // orderSims are the servers of the benchmark with its answer lengths.
+// With AERIE_ORDER_EQUAL set the slow server is as fast as the other: a
+// fleet of equal servers, for comparison.
 func orderSims() []simulator.Config {
 	var sims []simulator.Config
 	for _, sc := range makespanServers {
 		c := makespanSim(sc)
 		c.OutputMedian, c.OutputSigma = orderMedian, orderSigma
+		if os.Getenv("AERIE_ORDER_EQUAL") != "" {
+			c.StepBase = makespanServers[0].StepBase
+		}
 		sims = append(sims, c)
 	}
 	return sims
@@ -92,7 +98,7 @@ func BenchmarkLongestFirst(b *testing.B) {
 		acc.Add(noisy[i], l)
 	}
 	corr, _ := acc.Correlation()
-	blindIdeal := bestFIFOMakespan(lengths, makespanServers)
+	blindIdeal := bestFIFOMakespan(lengths, sims)
 	var blind, withNoisy, withPerfect []float64
 	for b.Loop() {
 		runs := []struct {
