@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -61,6 +62,11 @@ func (w *Worker) apply(r readings, pl plan) {
 	for i, lp := range pl.lanes {
 		l := r.lanes[i].lane
 		changed = l.setTailHold(lp.hold, lp.pending, r.ownLatency) || changed
+		l.setHintLimit(lp.hintLimit)
+		if n := w.handBackSlow(l); n > 0 {
+			l.log.Info("handing back prompts whose length hints are too long for this server, for faster workers",
+				"prompts", n, "hint_limit", math.Round(lp.hintLimit))
+		}
 		l.applyFull(lp, r.size-r.generating)
 		handed := 0
 		for _, f := range lp.handBack {

@@ -37,6 +37,9 @@ type lane struct {
 	tailHold     atomic.Bool
 	tailHolds    atomic.Int64
 	consumerFull atomic.Bool
+	// hintLimit is the longest length hint this worker starts (float64
+	// bits, +Inf for none): see hintlimit.go.
+	hintLimit atomic.Uint64
 	// n counts what the worker did for the run.
 	n laneCounts
 	// sched is the run's schedule as last read from its manifest (nil:

@@ -244,26 +244,8 @@ func TestWeightsShareTheSlots(t *testing.T) {
 	brokertest.Queue(t, b.js, schema.Manifest{Run: "small", Params: schema.Params{MaxTokens: 10}}, brokertest.Prompts(300))
 	rl := &requestLog{runs: map[int]string{30: "big", 10: "small"}}
 	_, url := newFakeLLM(t, &fakeLLM{duration: 50 * time.Millisecond, onMaxTokens: rl.seen})
-	// Each run's heartbeat counts what the worker holds for the other:
-	// the ETA takes only the rest of the window as the run's batch.
-	var others sync.Map // run -> max OtherRuns seen
-	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter("*"), func(m *nats.Msg) {
-		var hb schema.Heartbeat
-		if json.Unmarshal(m.Data, &hb) == nil && hb.OtherRuns > 0 {
-			others.Store(hb.Run, hb.OtherRuns)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	w, _ := b.start(t, worker.Config{Runs: []string{"big", "small"}, Window: 8, Heartbeat: 50 * time.Millisecond}, url+"/v1/")
+	w, _ := b.start(t, worker.Config{Runs: []string{"big", "small"}, Window: 8}, url+"/v1/")
 	brokertest.Eventually(t, 60*time.Second, func() bool { return len(rl.snapshot()) >= 240 }, "240 requests")
-	for _, run := range []string{"big", "small"} {
-		if _, ok := others.Load(run); !ok {
-			t.Errorf("no heartbeat of run %s counts the prompts the worker holds for the other run", run)
-		}
-	}
 	// Leave out the start, while the lanes open one after the other.
 	order := rl.snapshot()[40:240]
 	big := 0
@@ -276,6 +258,36 @@ func TestWeightsShareTheSlots(t *testing.T) {
 		t.Errorf("the run of weight 3 got %.0f%% of 200 requests while both had prompts, want 75%% ± 5", 100*share)
 	}
 	_ = w
+}
+
+// Each run's heartbeat counts the prompts the worker holds for the other
+// runs it serves (other_runs): the ETA takes only the rest of the window
+// as the run's batch.
+func TestHeartbeatCountsOtherRuns(t *testing.T) {
+	b := setupRun(t, schema.Manifest{Run: "one"}, 5, provision.Options{})
+	brokertest.Queue(t, b.js, schema.Manifest{Run: "two"}, brokertest.Prompts(5))
+	release := make(chan struct{})
+	_, url := newFakeLLM(t, &fakeLLM{hold: release})
+	var others sync.Map // run -> OtherRuns of a heartbeat that had some
+	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter("*"), func(m *nats.Msg) {
+		var hb schema.Heartbeat
+		if json.Unmarshal(m.Data, &hb) == nil && hb.OtherRuns > 0 {
+			others.Store(hb.Run, hb.OtherRuns)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// A window larger than either run: each gets slots, and the held
+	// requests keep them.
+	b.start(t, worker.Config{Runs: []string{"one", "two"}, Window: 8, Heartbeat: 50 * time.Millisecond}, url+"/v1/")
+	t.Cleanup(sync.OnceFunc(func() { close(release) }))
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		_, one := others.Load("one")
+		_, two := others.Load("two")
+		return one && two
+	}, "a heartbeat of each run counting the prompts held for the other")
 }
 
 // A paused run keeps its prompts queued while the other is served, and

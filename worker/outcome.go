@@ -29,6 +29,9 @@ const (
 	// tailBack: hand the prompt back at once for an idle worker: it
 	// waited without a first token at the end of the run (tail.go).
 	tailBack
+	// slowBack: hand the prompt back, unstarted and without counting,
+	// for a faster worker (hintlimit.go).
+	slowBack
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
 	// later: hand the prompt back after a delay without counting: NATS
@@ -64,6 +67,8 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	var large *tooLargeError
 	var store *storeError
 	switch {
+	case errors.Is(err, errSlowForHint):
+		return slowBack, ""
 	case errors.Is(err, errTailHandBack):
 		return tailBack, ""
 	case errors.As(err, &store):
@@ -173,6 +178,11 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 	case handBack:
 		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		d.nak(0, log)
+	case slowBack:
+		d.lane.n.tailHandedBack.Add(1)
+		w.metrics.settled(d.lane.run, OutcomeHandedBack)
+		log.Debug("handed back unstarted for a faster worker: its length hint is too long for this server")
+		d.nak(hintHandBackDelay, log)
 	case tailBack:
 		d.lane.n.tailHandedBack.Add(1)
 		w.metrics.settled(d.lane.run, OutcomeHandedBack)

@@ -43,6 +43,11 @@ type memory struct {
 	// fullStreak counts, per lane, the looks in a row that found its
 	// consumer full.
 	fullStreak []int
+	// speed is this worker's tokens a second per request, measured
+	// between the readings at speedAt with speedTokens streamed.
+	speed       float64
+	speedTokens int64
+	speedAt     time.Time
 }
 
 // loadMemory is what the automatic window remembers of its readings.
@@ -86,6 +91,9 @@ type lanePlan struct {
 	idleSlots int
 	// full is the consumer-full state to set: fullKeep leaves it.
 	full fullChange
+	// hintLimit is the longest length hint this worker starts (see
+	// hintPolicy); +Inf for no limit.
+	hintLimit float64
 	// need is the MaxAckPending that the windows heard of need, with
 	// the workers and windows counted, when full is fullSet.
 	need, workers, windows int
@@ -115,9 +123,11 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 	if ackDue {
 		m.nextAck = r.now.Add(p.ackEvery)
 	}
+	m = ownSpeed(r, m)
 	for i := range r.lanes {
 		t := tailPolicy(p, r, i)
 		lp := &pl.lanes[i]
+		lp.hintLimit = hintPolicy(r, i, m.speed)
 		lp.hold, lp.pending, lp.handBack, lp.idleSlots = t.hold, t.pending, t.handBack, t.idleSlots
 		if t.restore && pl.window.size == 0 {
 			pl.window.size, pl.window.why = p.window, "prompts came again"

@@ -45,6 +45,12 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 			return
 		}
 	}
+	if ln.slowForHint(p.LengthHint, d.attempt) {
+		l.release()
+		generated()
+		w.settle(ctx, d, j, errSlowForHint)
+		return
+	}
 	if j.all {
 		err = w.converse(ctx, d, j, l)
 	} else {
@@ -126,7 +132,7 @@ func (w *Worker) answerLast(ctx context.Context, d *delivery, j *job) error {
 func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, msgs []openai.Message) (*schema.Turn, error) {
 	// A last delivery is never handed back at the end of the run: it
 	// would not come again.
-	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt)}
+	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt), hint: j.p.LengthHint, attempt: d.attempt}
 	w.inFlight.Store(d.seq, f)
 	defer w.inFlight.Delete(d.seq)
 	req := Request(j.lane.manifest, msgs, j.params)

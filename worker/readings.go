@@ -36,6 +36,11 @@ type readings struct {
 	// handBackWait is how long a request must have waited without a first
 	// token to be handed back at the end of a run.
 	ownLatency, handBackWait time.Duration
+	// tokens is the completion tokens this worker has streamed, and
+	// decoding the requests streaming now: its own speed per request
+	// comes from them (hintPolicy).
+	tokens   int64
+	decoding int
 	// lanes are the runs served, in the worker's order.
 	lanes []laneReading
 }
@@ -91,6 +96,7 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 	}
 	r.ownLatency = w.latency.get()
 	r.handBackWait = w.handBackWait()
+	r.tokens, r.decoding = w.ownTokens()
 	recent := 3 * w.cfg.Heartbeat
 	lanes := w.serving()
 	r.lanes = make([]laneReading, len(lanes))

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -62,6 +63,7 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 // newLane is the lane of the run of manifest m, not yet open.
 func (w *Worker) newLane(m *schema.Manifest) *lane {
 	l := &lane{run: m.Run, manifest: m, log: w.log}
+	l.setHintLimit(math.Inf(1))
 	if w.cfg.Run == "" {
 		l.log = w.log.With("run", m.Run)
 	}

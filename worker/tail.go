@@ -60,6 +60,9 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 		progress(n)
 	})
 	if err != nil && f.state.Load() == flightHandedBack && ctx.Err() == nil {
+		if errors.Is(context.Cause(rctx), errSlowForHint) {
+			return nil, fmt.Errorf("%w: %w", errSlowForHint, err)
+		}
 		return nil, fmt.Errorf("%w: %w", errTailHandBack, err)
 	}
 	if err == nil && comp != nil {
@@ -153,6 +156,10 @@ type peer struct {
 	completed int64
 	rate      float64 // prompts completed a second, 0 while unknown
 	pulling   bool    // neither paused nor holding back for the tail
+	tokens    int64   // its TokensStreamed
+	// speed is the tokens a second each of its requests streams, 0
+	// while unknown (see nextSpeed).
+	speed float64
 }
 
 // heard returns the handler of the run's heartbeats, self's left out.
@@ -178,9 +185,16 @@ func (p *peers) heard(self string) nats.MsgHandler {
 			p.last = map[string]peer{}
 		}
 		pr := peer{at: now, window: hb.Window, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
-			pulling: !hb.Paused && !hb.TailHold}
+			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed}
 		if was, ok := p.last[hb.Worker]; ok {
 			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
+			decoding := 0
+			for _, c := range hb.InFlightTokens {
+				if c > 0 {
+					decoding++
+				}
+			}
+			pr.speed = nextSpeed(was.speed, hb.TokensStreamed-was.tokens, decoding, now.Sub(was.at))
 		}
 		p.last[hb.Worker] = pr
 	}
@@ -226,7 +240,7 @@ func (p *peers) pulling(now time.Time, recent time.Duration) []tailPeer {
 		if now.Sub(pr.at) > recent || !pr.pulling {
 			continue
 		}
-		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free})
+		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free, speed: pr.speed})
 	}
 	return out
 }

@@ -28,6 +28,7 @@ type tailPeer struct {
 	rate     float64 // prompts completed a second
 	inFlight int     // prompts held
 	free     int     // window slots free
+	speed    float64 // tokens a second of each of its requests, 0 while unknown
 }
 
 // holdForTail reports whether a worker whose next prompt would take own

@@ -95,12 +95,15 @@ type flight struct {
 	// of a run: waiting for its first token, streaming, or handed back
 	// (see tail.go). sent and cancel are set as each request is sent;
 	// last marks the prompt's last delivery, never handed back.
-	state  atomic.Int32
-	last   bool
-	lane   *lane
-	mu     sync.Mutex
-	sent   time.Time
-	cancel context.CancelCauseFunc
+	state atomic.Int32
+	last  bool
+	lane  *lane
+	// hint is the prompt's length hint (0: none), and attempt its
+	// delivery (hintlimit.go).
+	hint, attempt int
+	mu            sync.Mutex
+	sent          time.Time
+	cancel        context.CancelCauseFunc
 }
 
 // New returns a worker; js must be connected and backend ready.
