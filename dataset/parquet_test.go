@@ -167,3 +167,15 @@ func TestParquetDamagedNeverPanics(t *testing.T) {
 		rd.Close()
 	}
 }
+
+// A length_hint column is read as a line's length_hint.
+func TestParquetLengthHintColumn(t *testing.T) {
+	line, err := rowLine(map[string]any{"id": "r1", "prompt": "q", "length_hint": int64(420), "other": "ignored"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ParseLineWith(line, ParseOptions{})
+	if err != nil || l.LengthHint != 420 {
+		t.Errorf("row as %s: hint %d, %v; want 420", line, l.LengthHint, err)
+	}
+}
