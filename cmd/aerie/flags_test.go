@@ -192,3 +192,33 @@ func TestGenPromptsTurns(t *testing.T) {
 		t.Error("gen-prompts --turns 3 is not deterministic for a seed")
 	}
 }
+
+// produce says in which order it queued the prompts and why; --order
+// picks it, and an unknown order is refused before anything is queued.
+func TestProduceOrder(t *testing.T) {
+	bin := buildAerie(t)
+	s := brokertest.Start(t)
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "hinted.jsonl")
+	lines := `{"id": "a", "prompt": "q", "length_hint": 10}` + "\n" + `{"id": "b", "prompt": "q", "length_hint": 900}` + "\n" + `{"id": "c", "prompt": "q"}` + "\n"
+	if err := os.WriteFile(prompts, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	produce := func(run string, extra ...string) *proc {
+		return aerie(t, bin, append([]string{"produce", "--nats", s.ClientURL(), "--run", run, "--prompts", prompts, "--model", "m"}, extra...)...)
+	}
+	p := produce("auto")
+	p.wait(t, time.Minute)
+	if out := p.stdout.String(); !strings.Contains(out, "queued longest-first (2 of 3 with a length hint)") {
+		t.Errorf("default order: %s", out)
+	}
+	p = produce("input", "--order", "input")
+	p.wait(t, time.Minute)
+	if out := p.stdout.String(); !strings.Contains(out, "queued input (2 of 3 with a length hint)") {
+		t.Errorf("--order input: %s", out)
+	}
+	bad := produce("bad", "--order", "shortest-first")
+	if code := bad.exit(t, time.Minute); code == 0 || !strings.Contains(bad.stderr.String(), `order "shortest-first": use input or longest-first`) {
+		t.Errorf("unknown order: exit %d: %s", code, bad.stderr.String())
+	}
+}
