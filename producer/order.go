@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/aerie-dev/aerie/batchstore"
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -91,6 +92,7 @@ func publishLongestFirst(ctx context.Context, cfg Config, sc *scan, rd *dataset.
 	})
 	pub.start(ctx)
 	defer pub.finish(ctx)
+	ch := newChunker(pub, cfg.MaxPending)
 	buf := make([]byte, 0, 64<<10)
 	for _, r := range recs {
 		buf = slices.Grow(buf[:0], int(r.size))[:r.size]
@@ -105,10 +107,55 @@ func publishLongestFirst(ctx context.Context, cfg Config, sc *scan, rd *dataset.
 		if err != nil {
 			return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, sc.unit, r.line, err)
 		}
-		if err := pub.add(ctx, &entry{line: int(r.line), id: p.ID, sample: p.Sample, msg: msg, hint: p.LengthHint}); err != nil {
+		if err := ch.add(ctx, &entry{line: int(r.line), id: p.ID, sample: p.Sample, msg: msg, hint: p.LengthHint}); err != nil {
 			return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
 				cfg.Run, sc.unit, r.line, cfg.PromptsFile, err)
 		}
 	}
+	return ch.flush(ctx, cfg, sc.unit)
+}
+
+// chunker hands prompts to the publisher in chunks (publisher.addAll),
+// so that they are stored in the order they come.
+type chunker struct {
+	pub *publisher
+	es  []*entry
+}
+
+func newChunker(pub *publisher, maxPending int) *chunker {
+	return &chunker{pub: pub, es: make([]*entry, 0, orderChunk(maxPending))}
+}
+
+// add queues e, and publishes the chunk once it is full.
+func (c *chunker) add(ctx context.Context, e *entry) error {
+	c.es = append(c.es, e)
+	if len(c.es) < cap(c.es) {
+		return nil
+	}
+	err := c.pub.addAll(ctx, c.es)
+	c.es = c.es[:0]
+	return err
+}
+
+// flush publishes what is queued.
+func (c *chunker) flush(ctx context.Context, cfg Config, unit string) error {
+	if len(c.es) == 0 {
+		return nil
+	}
+	last := c.es[len(c.es)-1].line
+	err := c.pub.addAll(ctx, c.es)
+	c.es = c.es[:0]
+	if err != nil {
+		return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
+			cfg.Run, unit, last, cfg.PromptsFile, err)
+	}
 	return nil
+}
+
+// orderChunk is how many prompts of a longest-first queue are handed to
+// the publisher together: a group commit's batch at most, and half the
+// publishing slots, so that a chunk never waits on slots its own
+// prompts hold.
+func orderChunk(maxPending int) int {
+	return max(1, min(batchstore.MaxMsgs, maxPending/2))
 }

@@ -199,7 +199,11 @@ func publishFile(ctx context.Context, cfg Config, sc *scan, pub *publisher) erro
 		return publishLongestFirst(ctx, cfg, sc, rd, pub)
 	}
 	pub.start(ctx)
-	err = feed(ctx, cfg, sc, rd, pub.add)
+	ch := newChunker(pub, cfg.MaxPending)
+	err = feed(ctx, cfg, sc, rd, ch.add)
+	if err == nil {
+		err = ch.flush(ctx, cfg, sc.unit)
+	}
 	pub.finish(ctx)
 	return err
 }

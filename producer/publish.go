@@ -175,6 +175,16 @@ func (p *publisher) start(ctx context.Context) {
 // add publishes a new prompt once a slot is free, republishing prompts
 // due for a retry first. It returns an error only when ctx ends.
 func (p *publisher) add(ctx context.Context, e *entry) error {
+	if err := p.acquire(ctx); err != nil {
+		return err
+	}
+	p.send(ctx, e)
+	return nil
+}
+
+// acquire takes a publishing slot once one is free, republishing prompts
+// due for a retry first. It returns an error only when ctx ends.
+func (p *publisher) acquire(ctx context.Context) error {
 	for {
 		select {
 		case r := <-p.retry:
@@ -184,7 +194,6 @@ func (p *publisher) add(ctx context.Context, e *entry) error {
 		}
 		select {
 		case p.slots <- struct{}{}:
-			p.send(ctx, e)
 			return nil
 		case r := <-p.retry:
 			p.resend(ctx, r)
@@ -192,6 +201,37 @@ func (p *publisher) add(ctx context.Context, e *entry) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// addAll publishes es in their order: into the group commit together, so
+// that they go in one batch, or one after the other on the connection.
+// Added one by one, a prompt that finds the group commit idle goes alone,
+// and a lone prompt is published on its own after the batch behind it,
+// which would take the longest prompt of a longest-first queue out of
+// its place. es must be fewer than the publishing slots.
+func (p *publisher) addAll(ctx context.Context, es []*entry) error {
+	for range es {
+		if err := p.acquire(ctx); err != nil {
+			return err
+		}
+	}
+	if p.batch == nil || p.batch.Off() {
+		for _, e := range es {
+			p.send(ctx, e)
+		}
+		return nil
+	}
+	msgs := make([]*nats.Msg, len(es))
+	for i, e := range es {
+		msgs[i] = batchstore.Copy(e.msg)
+		msgs[i].Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	}
+	now := time.Now()
+	for i, t := range p.batch.SubmitAll(msgs) {
+		es[i].ticket, es[i].future, es[i].sentAt = t, nil, now
+		p.inflight <- es[i]
+	}
+	return nil
 }
 
 // finish waits until every prompt added is settled, serving retries
