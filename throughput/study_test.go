@@ -252,7 +252,13 @@ func (r studyResult) pointAt(at float64) studyPoint {
 		}
 		s = x
 	}
-	p := studyPoint{t: s.t, truth: r.end - s.t, eta: s.snap.ETASec, low: s.snap.ETALowSec, high: s.snap.ETAHighSec, completed: s.snap.Completed}
+	return newStudyPoint(s.t, r.end, s.snap)
+}
+
+// newStudyPoint is the point of snapshot s, taken at t seconds of a run
+// that ended at end.
+func newStudyPoint(t, end float64, s schema.Throughput) studyPoint {
+	p := studyPoint{t: t, truth: end - t, eta: s.ETASec, low: s.ETALowSec, high: s.ETAHighSec, completed: s.Completed}
 	p.hasETA = p.eta >= 0
 	p.covered = p.hasETA && p.low <= p.truth && p.truth <= p.high
 	return p

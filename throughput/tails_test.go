@@ -94,11 +94,7 @@ func playTail(t testing.TB, c tailCase, seed int64) []studyPoint {
 				}
 				row = r
 			}
-			s := row.snap
-			p := studyPoint{t: row.t, truth: res.end - row.t, eta: s.ETASec, low: s.ETALowSec, high: s.ETAHighSec, completed: s.Completed}
-			p.hasETA = p.eta >= 0
-			p.covered = p.hasETA && p.low <= p.truth && p.truth <= p.high
-			out = append(out, p)
+			out = append(out, newStudyPoint(row.t, res.end, row.snap))
 		}
 		return out
 	}

@@ -130,6 +130,9 @@ const slowStartShare = 0.25
 // above the lane's limit and which have streamed less than
 // slowStartShare of it (never a last delivery); it returns how many.
 func (w *Worker) handBackSlow(l *lane) int {
+	if math.IsInf(math.Float64frombits(l.hintLimit.Load()), 1) {
+		return 0 // not slow: nothing to look at
+	}
 	n := 0
 	w.inFlight.Range(func(_, v any) bool {
 		f := v.(*flight)

@@ -188,8 +188,8 @@ func cmdProduce(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; %s; nothing published (--dry-run)\n",
-			*prompts, rep.Lines, rep.Valid, rep.Invalid, unitsNote(rep), rep.PromptsDigest, orderNote(rep))
+		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; would queue %s (%d of %d with a length hint); nothing published (--dry-run)\n",
+			*prompts, rep.Lines, rep.Valid, rep.Invalid, unitsNote(rep), rep.PromptsDigest, rep.Order, rep.Hinted, rep.Valid)
 		return nil
 	}
 	if sf.model == "" {
