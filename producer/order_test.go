@@ -3,6 +3,7 @@ package producer
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -118,5 +119,38 @@ func TestOrderAuto(t *testing.T) {
 	bad.Order = "shortest-first"
 	if _, err := Run(ctxFor(t), e.js, bad); err == nil {
 		t.Error("an unknown order was accepted")
+	}
+}
+
+// Two produces of the same hinted file at once, longest first: every
+// prompt is queued once, whichever stores it.
+func TestLongestFirstTwoAtOnce(t *testing.T) {
+	e := setup(t)
+	var lines []string
+	for i := range 300 {
+		lines = append(lines, fmt.Sprintf(`{"id": "p%03d", "prompt": "q %d", "length_hint": %d}`, i, i, 1+i%37))
+	}
+	cfg := e.config(e.file(t, "hinted.jsonl", lines))
+	reps := make([]*Report, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reps[i], errs[i] = Run(ctxFor(t), e.js, cfg)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("produce %d: %v", i, err)
+		}
+	}
+	if got := reps[0].Published + reps[1].Published; got != 300 {
+		t.Errorf("published %d and %d, want 300 in all", reps[0].Published, reps[1].Published)
+	}
+	if n := storedPrompts(t, e.js); n != 300 {
+		t.Errorf("%d prompts stored, want 300", n)
 	}
 }
