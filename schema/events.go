@@ -90,7 +90,65 @@ type Heartbeat struct {
 	// MaxAckPending while prompts wait, until it sees room again: no
 	// worker gets more meanwhile.
 	ConsumerFull bool `json:"consumer_full,omitempty"`
+	// Hedgeable lists, once the run has nothing left to deliver, the
+	// requests this worker is generating that a faster worker may hedge
+	// (send a second copy of; see HedgeNotice): the oldest first, at most
+	// MaxHedgeable. Empty while prompts are still queued, and with
+	// --turns all, whose conversations are never hedged.
+	Hedgeable []Flight `json:"hedgeable,omitempty"`
+	// Hedges counts the hedges this worker has sent, and HedgesWon those
+	// whose answer it stored first; HedgedTokens counts the completion
+	// tokens generated twice: those of the copy that lost, on either
+	// side (a lost hedge here, or a request here that a hedge elsewhere
+	// beat).
+	Hedges       int64 `json:"hedges,omitempty"`
+	HedgesWon    int64 `json:"hedges_won,omitempty"`
+	HedgedTokens int64 `json:"hedged_tokens,omitempty"`
 }
+
+// MaxHedgeable bounds Heartbeat.Hedgeable, so that a worker with a large
+// window keeps its heartbeats small; the oldest requests, the likeliest
+// to be worth a hedge, are kept.
+const MaxHedgeable = 256
+
+// Flight is one request a worker is generating, as Heartbeat.Hedgeable
+// lists it.
+type Flight struct {
+	// Seq is the prompt message's sequence in PromptsStream, where a
+	// hedging worker reads the prompt.
+	Seq    uint64 `json:"seq"`
+	ID     string `json:"id"`
+	Sample int    `json:"sample,omitempty"`
+	// Tokens is the completion tokens streamed so far, and ElapsedMillis
+	// how long ago the request was sent.
+	Tokens        int   `json:"tokens"`
+	ElapsedMillis int64 `json:"elapsed_ms"`
+	// Hint is the prompt's length hint in tokens (0: none).
+	Hint int `json:"hint,omitempty"`
+	// Hedged is set once another worker has announced a hedge of it:
+	// no second one is sent.
+	Hedged bool `json:"hedged,omitempty"`
+}
+
+// HedgeNotice is what a worker publishes on HedgeSubject about a hedge:
+// that it sends one (HedgeStarted), or that it stored the answer of a
+// hedged request first (HedgeWon), whichever side it is on, so that the
+// other copy is cancelled. A notice lost costs only GPU time: the copy
+// that finishes second finds the answer stored and is dropped.
+type HedgeNotice struct {
+	Run    string `json:"run"`
+	Worker string `json:"worker"`
+	Event  string `json:"event"`
+	Seq    uint64 `json:"seq"`
+	ID     string `json:"id"`
+	Sample int    `json:"sample,omitempty"`
+}
+
+// HedgeNotice events.
+const (
+	HedgeStarted = "started"
+	HedgeWon     = "won"
+)
 
 // PausedStopping is the PausedReason of a worker that is shutting down.
 const PausedStopping = "stopping"

@@ -179,6 +179,12 @@ func HeartbeatSubject(run, worker string) string {
 	return EventsRoot + "." + run + ".heartbeat." + worker
 }
 
+// HedgeSubject carries a worker's HedgeNotice events.
+func HedgeSubject(run, worker string) string { return EventsRoot + "." + run + ".hedge." + worker }
+
+// HedgeFilter matches the hedge notices of every worker of run.
+func HedgeFilter(run string) string { return EventsRoot + "." + run + ".hedge.*" }
+
 // HeartbeatFilter matches the heartbeats of every worker of run.
 func HeartbeatFilter(run string) string { return EventsRoot + "." + run + ".heartbeat.*" }
 

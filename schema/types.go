@@ -120,6 +120,10 @@ type Result struct {
 	// LengthHint is the prompt's (Prompt.LengthHint), so that the output
 	// says how well it predicted CompletionTokens.
 	LengthHint int `msgpack:"length_hint,omitempty"`
+	// Hedged is set when the answer is a hedge's: a second copy of the
+	// request, sent by Worker at the end of the run while a slower
+	// worker still generated the first, and stored first.
+	Hedged bool `msgpack:"hedged,omitempty"`
 }
 
 // Unit is the result's unit of work: its id and sample.
