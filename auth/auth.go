@@ -156,11 +156,13 @@ func Permissions(r Role) (*server.Permissions, error) {
 			schema.DeadRoot+".>",
 			schema.TurnsRoot+".>",
 			schema.EventsRoot+".*.heartbeat.*",
+			schema.EventsRoot+".*.hedge.*",
 			kvSubjects(schema.AttemptsBucket),
 		)
 		// The other workers' heartbeats say which are idle at the end of
-		// a run (worker/tail.go).
-		sub = []string{inbox, schema.EventsRoot + ".*.heartbeat.*"}
+		// a run (worker/tail.go), and their hedge notices which copy of a
+		// hedged request was stored first (worker/hedge.go).
+		sub = []string{inbox, schema.EventsRoot + ".*.heartbeat.*", schema.EventsRoot + ".*.hedge.*"}
 	case Aggregator:
 		pub = append(pub, api+"INFO")
 		pub = append(pub, watch(schema.RunsBucket)...)

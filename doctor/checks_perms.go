@@ -216,6 +216,8 @@ func purpose(n need) string {
 			return "cannot receive the replies to its requests"
 		case strings.HasSuffix(subj, ".heartbeat.*"):
 			return "cannot see the workers' heartbeats"
+		case strings.HasSuffix(subj, ".hedge.*"):
+			return "cannot hear which copy of a hedged request was stored first"
 		case subj == ">":
 			return "cannot subscribe to everything, as the admin role does"
 		}
@@ -238,6 +240,8 @@ func purpose(n need) string {
 		return "cannot store the turns of a conversation"
 	case strings.HasPrefix(subj, schema.EventsRoot+".") && strings.HasSuffix(subj, ".heartbeat.*"):
 		return "cannot send heartbeats"
+	case strings.HasPrefix(subj, schema.EventsRoot+".") && strings.HasSuffix(subj, ".hedge.*"):
+		return "cannot announce its hedges"
 	case strings.HasPrefix(subj, schema.EventsRoot+"."):
 		return "cannot publish throughput events"
 	case subj == "$KV."+schema.RunsBucket+".>":

@@ -63,6 +63,12 @@ func (w *Worker) apply(r readings, pl plan) {
 		l := r.lanes[i].lane
 		changed = l.setTailHold(lp.hold, lp.pending, r.ownLatency) || changed
 		l.setHintLimit(lp.hintLimit)
+		if c := r.lanes[i].consumer; c != nil {
+			l.pending.Store(int64(c.pending))
+		}
+		if len(lp.hedges) > 0 {
+			w.startHedges(l, lp.hedges)
+		}
 		if n := w.handBackSlow(l); n > 0 {
 			l.log.Info("handing back prompts whose length hints are too long for this server, for faster workers",
 				"prompts", n, "hint_limit", math.Round(lp.hintLimit))

@@ -112,6 +112,15 @@ type Config struct {
 	// times the backend's shortest time to first token. Zero means
 	// DefaultHandBackAfter; negative never hands back.
 	HandBackAfter time.Duration
+	// HedgeOff turns hedging off. By default, once the run has nothing
+	// left to deliver, a worker with free slots sends a second copy of a
+	// request that a much slower worker of the run has run for longer
+	// than this one expects to take for the whole answer; the first
+	// answer stored is kept and the other copy cancelled (see hedge.go).
+	HedgeOff bool
+	// HedgeMax bounds the hedges a worker runs at once; zero means as
+	// many as its window has free slots.
+	HedgeMax int
 	// Grace is how long in-flight prompts may take to finish once the
 	// worker is asked to stop; the rest are handed back (NAK).
 	Grace time.Duration
@@ -227,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWindow < 0 {
 		return fmt.Errorf("worker: max window must be positive, got %d", c.MaxWindow)
+	}
+	if c.HedgeMax < 0 {
+		return fmt.Errorf("worker: the most hedges at once must be positive (zero: as many as slots are free), got %d", c.HedgeMax)
 	}
 	if c.Grace < 0 || c.WindowPoll < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.OutageRetry < 0 || c.BreakerThreshold < 0 {
 		return errors.New("worker: durations must not be negative")

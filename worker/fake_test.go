@@ -20,8 +20,15 @@ type fakeLLM struct {
 	// status, if set, gives the HTTP status of the n-th request (from 1)
 	// for a prompt; 200 streams an answer.
 	status func(prompt string, n int) int
-	// duration spreads the answer's tokens over this long.
+	// duration spreads the answer's tokens over this long, one token a
+	// step; tokens, when set, is how many tokens instead. step is the
+	// time between two tokens (default 50 ms).
 	duration time.Duration
+	tokens   int
+	step     time.Duration
+	// stall, if set, keeps the n-th request (from 1) for a prompt waiting
+	// after its first token until the client goes away.
+	stall func(prompt string, n int) bool
 	// down, while set, makes the server answer everything, /health
 	// included, with 503, as a vLLM server that lost its engine.
 	down atomic.Bool
@@ -178,14 +185,24 @@ func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		finish = "abort"
 	}
 	tokens := 0
+	step := f.step
+	if step <= 0 {
+		step = 50 * time.Millisecond
+	}
 	steps := 1
-	if f.duration > 0 {
-		steps = int(f.duration / (50 * time.Millisecond))
+	if f.tokens > 0 {
+		steps = f.tokens
+	} else if f.duration > 0 {
+		steps = int(f.duration / step)
 	}
 	for i := range steps {
+		if i == 1 && f.stall != nil && f.stall(prompt, n) {
+			<-r.Context().Done()
+			return
+		}
 		if i > 0 {
 			select {
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(step):
 			case <-r.Context().Done():
 				return
 			}

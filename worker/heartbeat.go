@@ -40,6 +40,8 @@ func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 		DeadLettered: l.n.deadLettered.Load(), Retried: l.n.retried.Load(),
 		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(),
 		ConsumerFull: l.consumerFull.Load(),
+		Hedgeable:    w.hedgeable(l, time.Now()),
+		Hedges:       l.n.hedges.Load(), HedgesWon: l.n.hedgesWon.Load(), HedgedTokens: l.n.hedgedTokens.Load(),
 	}
 	for _, o := range w.serving() {
 		if o != l {

@@ -3,6 +3,7 @@ package worker
 import (
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,15 @@ type lane struct {
 	// hintLimit is the longest length hint this worker starts (float64
 	// bits, +Inf for none): see hintlimit.go.
 	hintLimit atomic.Uint64
+	// pending is the run's prompts left to deliver as last read from its
+	// consumer, -1 before; hedges are the hedges this worker runs for
+	// the run, by prompt sequence, and hedgedBy the requests of its own
+	// that another worker hedges, by sequence (hedge.go); lengths keeps
+	// the run's answer lengths, from which a request's is expected.
+	pending  atomic.Int64
+	hedges   sync.Map // uint64 -> *hedge
+	hedgedBy sync.Map // uint64 -> worker name
+	lengths  lengthSample
 	// n counts what the worker did for the run.
 	n laneCounts
 	// sched is the run's schedule as last read from its manifest (nil:
@@ -78,6 +88,11 @@ type laneCounts struct {
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
 	alreadySettled atomic.Int64
+	// hedges counts the hedges sent, hedgesWon those stored first, and
+	// hedgedTokens the tokens generated twice that this worker threw
+	// away; hedgedAway counts the prompts settled because a hedge
+	// elsewhere stored their answer first (hedge.go).
+	hedges, hedgesWon, hedgedTokens, hedgedAway atomic.Int64
 	// interimTurns counts the stored turns of the conversations held.
 	interimTurns atomic.Int64
 	// held counts the run's prompts delivered and not yet settled, and

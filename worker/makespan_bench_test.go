@@ -119,6 +119,11 @@ type makespanRun struct {
 	lastAnswers     []float64 // when each server's last answer ended
 	// ideal is bestFIFOMakespan of the run's own answers, in queue order.
 	ideal float64
+	// hedges and hedgesWon count the hedges sent and won; twice is the
+	// share of the tokens streamed that were generated twice and thrown
+	// away.
+	hedges, hedgesWon int64
+	twice             float64
 }
 
 func (r makespanRun) ratio() float64 { return r.bound / r.makespan }
@@ -155,14 +160,22 @@ func runQueue(b *testing.B, base worker.Config, sims []simulator.Config, prompts
 		return n >= int64(len(prompts))
 	}
 	brokertest.Eventually(b, 10*time.Minute, done, "every prompt answered")
+	stop()
 	r := makespanRun{}
+	var streamed, thrown int64
 	for _, w := range ws {
 		s := w.Stats()
 		r.handedBack += s.TailHandedBack
 		r.holds += s.TailHolds
 		r.windows = append(r.windows, s.Window)
+		r.hedges += s.Hedges
+		r.hedgesWon += s.HedgesWon
+		streamed += s.TokensStreamed
+		thrown += s.HedgedTokens
 	}
-	stop()
+	if streamed > 0 {
+		r.twice = float64(thrown) / float64(streamed)
+	}
 
 	var ends []time.Time
 	var tokens, longest int

@@ -28,9 +28,27 @@ const (
 	// run, the prompt waited without a first token while another worker
 	// was idle.
 	OutcomeHandedBack = "handed_back"
+	// OutcomeHedged: acknowledged without an answer of its own: a hedge
+	// on a faster worker stored the answer first (hedge.go).
+	OutcomeHedged = "hedged"
 )
 
-var outcomeLabels = []string{OutcomeCompleted, OutcomeTruncated, OutcomeTransient, OutcomePermanent, OutcomeHandedBack}
+var outcomeLabels = []string{OutcomeCompleted, OutcomeTruncated, OutcomeTransient, OutcomePermanent, OutcomeHandedBack, OutcomeHedged}
+
+// Result label values of aerie_worker_hedges_total: how a hedge this
+// worker sent ended.
+const (
+	// HedgeWon: its answer was stored first, and is the run's.
+	HedgeWon = "won"
+	// HedgeLost: the original's answer was stored first; the hedge was
+	// cancelled, or its answer dropped.
+	HedgeLost = "lost"
+	// HedgeFailed: the hedge's request or its storing failed; the
+	// original went on.
+	HedgeFailed = "failed"
+)
+
+var hedgeLabels = []string{HedgeWon, HedgeLost, HedgeFailed}
 
 // Error class label values of aerie_worker_backend_errors_total.
 const (
@@ -65,6 +83,10 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	ttft     *prometheus.HistogramVec
 	latency  *prometheus.HistogramVec
+	hedges   *prometheus.CounterVec
+	// hedgedTokens counts the completion tokens generated twice and
+	// thrown away, on either side of a hedge.
+	hedgedTokens *prometheus.CounterVec
 }
 
 // registerMetrics registers w's metrics with reg: those counted as they
@@ -74,7 +96,7 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_outcomes_total",
-			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down, worker stopping, or waiting without a first token at the end of the run while another worker was idle).",
+			Help:        "Prompt deliveries settled, by outcome: completed (stored), truncated (cut at max_tokens, stored or dead-lettered as the run says), transient (handed back to be tried again), permanent (dead-lettered), handed_back (given back uncounted: backend down, worker stopping, or waiting without a first token at the end of the run while another worker was idle), hedged (acknowledged because a hedge on a faster worker stored the answer first); a hedge this worker won counts as completed or truncated.",
 			ConstLabels: labels,
 		}, []string{"run", "outcome"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -94,11 +116,21 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 			ConstLabels: labels,
 			Buckets:     durationBuckets,
 		}, []string{"run"}),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "aerie_worker_hedges_total",
+			Help:        "Hedges sent at the end of a run (second copies of a slower worker's requests), by how they ended: won (stored first), lost (the original stored first), failed.",
+			ConstLabels: labels,
+		}, []string{"run", "result"}),
+		hedgedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "aerie_worker_hedged_tokens_total",
+			Help:        "Completion tokens this worker generated and threw away because the other copy of a hedged request was stored first.",
+			ConstLabels: labels,
+		}, []string{"run"}),
 	}
 	if w.cfg.Run != "" {
 		m.addRun(w.cfg.Run)
 	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, newStateCollector(w, labels)} {
+	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, m.hedges, m.hedgedTokens, newStateCollector(w, labels)} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker %s: register metrics: %w", w.cfg.Name, err)
 		}
@@ -119,8 +151,27 @@ func (m *metrics) addRun(run string) {
 	for _, c := range errorLabels {
 		m.errors.WithLabelValues(run, c)
 	}
+	for _, r := range hedgeLabels {
+		m.hedges.WithLabelValues(run, r)
+	}
+	m.hedgedTokens.WithLabelValues(run)
 	m.ttft.WithLabelValues(run)
 	m.latency.WithLabelValues(run)
+}
+
+// hedged counts a hedge of run that ended with result (none when
+// empty: a request here that a hedge elsewhere beat) and the tokens it
+// threw away.
+func (m *metrics) hedged(run, result string, tokens int64) {
+	if m == nil {
+		return
+	}
+	if result != "" {
+		m.hedges.WithLabelValues(run, result).Inc()
+	}
+	if tokens > 0 {
+		m.hedgedTokens.WithLabelValues(run).Add(float64(tokens))
+	}
 }
 
 // request records one request to the backend: its timings when answered,

@@ -79,13 +79,15 @@ func longestFirst(prompts []schema.Prompt, hints []int) []schema.Prompt {
 }
 
 // BenchmarkLongestFirst runs the 4,000 prompts of the mixed fleet with
-// --window auto three ways, side by side in each iteration: in input
-// order (no hints), longest first by hints with lognormal noise of sigma
-// 0.5 around the true length, and longest first by the true lengths. It
+// --window auto five ways, side by side in each iteration: in input
+// order (no hints) with --hedge off and with --hedge auto; longest first
+// by hints with lognormal noise of sigma 0.5 around the true length,
+// with --hedge off and auto; and longest first by the true lengths. It
 // reports each run's lower bound over its makespan, and beside it the
 // makespan of the ideal length-blind dispatcher of the same answers in
 // input order (bestFIFOMakespan), the best that any order-keeping
-// schedule without hints could do.
+// schedule without hints or hedges could do, and for the hedged runs the
+// share of the tokens generated twice.
 func BenchmarkLongestFirst(b *testing.B) {
 	sims := orderSims()
 	prompts := brokertest.Prompts(makespanPrompts)
@@ -99,26 +101,48 @@ func BenchmarkLongestFirst(b *testing.B) {
 	}
 	corr, _ := acc.Correlation()
 	blindIdeal := bestFIFOMakespan(lengths, sims)
-	var blind, withNoisy, withPerfect []float64
-	for b.Loop() {
-		runs := []struct {
-			name    string
-			prompts []schema.Prompt
-			out     *[]float64
-		}{
-			{"input order", prompts, &blind},
-			{"longest first, noisy hints", longestFirst(prompts, noisy), &withNoisy},
-			{"longest first, true lengths", longestFirst(prompts, lengths), &withPerfect},
+	off, auto := worker.Config{AutoWindow: true, HedgeOff: true}, worker.Config{AutoWindow: true}
+	runs := []struct {
+		name, metric string
+		cfg          worker.Config
+		prompts      []schema.Prompt
+		ratios       []float64
+		twice        []float64
+	}{
+		{name: "input order, --hedge off", metric: "input-bound/makespan", cfg: off, prompts: prompts},
+		{name: "input order, --hedge auto", metric: "hedged-bound/makespan", cfg: auto, prompts: prompts},
+		{name: "longest first, noisy hints, --hedge off", metric: "noisy-bound/makespan", cfg: off, prompts: longestFirst(prompts, noisy)},
+		{name: "longest first, noisy hints, --hedge auto", metric: "noisy-hedged-bound/makespan", cfg: auto, prompts: longestFirst(prompts, noisy)},
+		{name: "longest first, true lengths, --hedge auto", metric: "perfect-bound/makespan", cfg: auto, prompts: longestFirst(prompts, lengths)},
+	}
+	if v := os.Getenv("AERIE_ORDER_RUNS"); v != "" {
+		// Digits naming the runs above to run, from 0: "13" runs the two
+		// hedged ones without hints or with noisy hints.
+		var keep []int
+		for _, c := range v {
+			if i := int(c - '0'); i >= 0 && i < len(runs) {
+				keep = append(keep, i)
+			}
 		}
-		for _, r := range runs {
-			m := runQueue(b, worker.Config{AutoWindow: true}, sims, r.prompts)
-			b.Logf("%s: makespan %.1fs, lower bound %.1fs: %.2f of it; the ideal length-blind dispatcher in input order %.1fs (%.2f of the bound); an ideal dispatcher in this order %.1fs; handed back %d",
-				r.name, m.makespan, m.bound, m.ratio(), blindIdeal, m.bound/blindIdeal, m.ideal, m.handedBack)
-			*r.out = append(*r.out, m.ratio())
+		sel := runs[:0:0]
+		for _, i := range keep {
+			sel = append(sel, runs[i])
+		}
+		runs = sel
+	}
+	for b.Loop() {
+		for i := range runs {
+			r := &runs[i]
+			m := runQueue(b, r.cfg, sims, r.prompts)
+			b.Logf("%s: makespan %.1fs, lower bound %.1fs: %.2f of it; the ideal length-blind dispatcher in input order %.1fs (%.2f of the bound); an ideal dispatcher in this order %.1fs; each server's last answer at %.1fs; handed back %d; hedges %d (won %d), tokens generated twice %.2f%%",
+				r.name, m.makespan, m.bound, m.ratio(), blindIdeal, m.bound/blindIdeal, m.ideal, m.lastAnswers, m.handedBack, m.hedges, m.hedgesWon, 100*m.twice)
+			r.ratios = append(r.ratios, m.ratio())
+			r.twice = append(r.twice, m.twice)
 		}
 	}
 	b.Logf("noisy hints: rank correlation %.2f with the lengths", corr)
-	b.ReportMetric(median(blind), "input-bound/makespan")
-	b.ReportMetric(median(withNoisy), "noisy-bound/makespan")
-	b.ReportMetric(median(withPerfect), "perfect-bound/makespan")
+	for _, r := range runs {
+		b.ReportMetric(median(r.ratios), r.metric)
+	}
+	b.ReportMetric(100*median(runs[min(1, len(runs)-1)].twice), "hedged-%twice")
 }

@@ -32,6 +32,9 @@ const (
 	// slowBack: hand the prompt back, unstarted and without counting,
 	// for a faster worker (hintlimit.go).
 	slowBack
+	// hedgedAway: acknowledge without an answer of its own: a hedge on
+	// another worker stored the answer first (hedge.go).
+	hedgedAway
 	// deadLetter: record why, then terminate delivery.
 	deadLetter
 	// later: hand the prompt back after a delay without counting: NATS
@@ -69,6 +72,8 @@ func decide(err error, lastDelivery, backendDown bool) (outcome, string) {
 	switch {
 	case errors.Is(err, errSlowForHint):
 		return slowBack, ""
+	case errors.Is(err, errHedgeWon):
+		return hedgedAway, ""
 	case errors.Is(err, errTailHandBack):
 		return tailBack, ""
 	case errors.As(err, &store):
@@ -131,7 +136,8 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 	}
 	switch what {
 	case done:
-		if perr := w.publishResult(ctx, d.attempt, j); perr != nil {
+		ours, perr := w.publishResult(ctx, d.attempt, j)
+		if perr != nil {
 			if errors.Is(perr, nats.ErrMaxPayload) {
 				// Asking again gives an answer as large: record why instead.
 				if j.all {
@@ -165,8 +171,29 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 			// acknowledged without being generated again.
 			log.Warn("ack failed after result was stored", "err", aerr)
 		}
+		_, hedged := d.lane.hedgedBy.LoadAndDelete(d.seq)
+		if !ours {
+			// Another copy's answer was stored first: a hedge, or another
+			// delivery after a redelivery. It is the one counted.
+			d.lane.n.alreadySettled.Add(1)
+			if hedged {
+				d.lane.n.hedgedAway.Add(1)
+				d.lane.n.hedgedTokens.Add(int64(lastTurnTokens(j)))
+				w.metrics.hedged(d.lane.run, "", int64(lastTurnTokens(j)))
+				w.metrics.settled(d.lane.run, OutcomeHedged)
+			} else {
+				w.metrics.settled(d.lane.run, completedOutcome(j))
+			}
+			log.Debug("answered, but another copy's answer was stored first and is kept")
+			return
+		}
+		if hedged {
+			w.announceHedge(d.lane, schema.HedgeWon, d.seq, j.p.Unit())
+		}
 		d.lane.n.completed.Add(1)
 		w.metrics.settled(d.lane.run, completedOutcome(j))
+	case hedgedAway:
+		w.settleHedgedAway(ctx, d, j, log)
 	case retry:
 		d.lane.n.retried.Add(1)
 		w.metrics.settled(d.lane.run, OutcomeTransient)

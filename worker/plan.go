@@ -21,13 +21,19 @@ type policy struct {
 	// TTFT p95 to ttftSLO (see yield.go).
 	yield   bool
 	ttftSLO time.Duration
+	// hedge sends second copies of slower workers' requests at the end
+	// of a run, at most hedgeMax at once (0: as many as slots are free);
+	// see hedge.go.
+	hedge    bool
+	hedgeMax int
 }
 
 // policy is the worker's pull policy.
 func (w *Worker) policy() policy {
 	return policy{auto: w.cfg.AutoWindow, window: w.cfg.Window, maxWindow: w.cfg.MaxWindow,
 		handBack: w.cfg.HandBackAfter > 0, ackEvery: ackRoomPeriods * w.cfg.Heartbeat,
-		yield: w.cfg.YieldToServing, ttftSLO: w.cfg.ServingTTFTSLO}
+		yield: w.cfg.YieldToServing, ttftSLO: w.cfg.ServingTTFTSLO,
+		hedge: !w.cfg.HedgeOff, hedgeMax: w.cfg.HedgeMax}
 }
 
 // memory is what the decision remembers from one poll to the next. It is
@@ -94,6 +100,8 @@ type lanePlan struct {
 	// hintLimit is the longest length hint this worker starts (see
 	// hintPolicy); +Inf for no limit.
 	hintLimit float64
+	// hedges are the other workers' requests to hedge now (hedgePolicy).
+	hedges []peerFlight
 	// need is the MaxAckPending that the windows heard of need, with
 	// the workers and windows counted, when full is fullSet.
 	need, workers, windows int
@@ -128,6 +136,7 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 		t := tailPolicy(p, r, i)
 		lp := &pl.lanes[i]
 		lp.hintLimit = hintPolicy(r, i, m.speed)
+		lp.hedges = hedgePolicy(p, r, i, m.speed, r.lanes[i].hedges)
 		lp.hold, lp.pending, lp.handBack, lp.idleSlots = t.hold, t.pending, t.handBack, t.idleSlots
 		if t.restore && pl.window.size == 0 {
 			pl.window.size, pl.window.why = p.window, "prompts came again"

@@ -26,6 +26,7 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 	}
 	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(ln, msg), lane: ln}
 	defer d.progress.stop()
+	defer ln.hedgedBy.Delete(d.seq)
 	p, err := decodePrompt(msg)
 	if err != nil {
 		w.settle(ctx, d, nil, poison(err))
@@ -132,9 +133,16 @@ func (w *Worker) answerLast(ctx context.Context, d *delivery, j *job) error {
 func (w *Worker) generateTurn(ctx context.Context, d *delivery, j *job, i int, msgs []openai.Message) (*schema.Turn, error) {
 	// A last delivery is never handed back at the end of the run: it
 	// would not come again.
-	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt), hint: j.p.LengthHint, attempt: d.attempt}
+	f := &flight{lane: d.lane, last: d.lane.lastDelivery(d.attempt), hint: j.p.LengthHint, attempt: d.attempt,
+		seq: d.seq, unit: j.p.Unit()}
 	w.inFlight.Store(d.seq, f)
 	defer w.inFlight.Delete(d.seq)
+	return w.askTurn(ctx, j, i, msgs, f)
+}
+
+// askTurn is generateTurn through flight f, which the caller keeps in
+// inFlight.
+func (w *Worker) askTurn(ctx context.Context, j *job, i int, msgs []openai.Message, f *flight) (*schema.Turn, error) {
 	req := Request(j.lane.manifest, msgs, j.params)
 	if w.cfg.YieldToServing {
 		req.Priority = w.cfg.BatchPriority
@@ -194,6 +202,7 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 			return nil, err
 		}
 		j.lane.n.addAnswer(comp.Usage.CompletionTokens)
+		j.lane.lengths.add(comp.Usage.CompletionTokens)
 		a := &answer{Completion: comp, maxTokens: req.MaxTokens}
 		if comp.FinishReason != "length" {
 			return a, nil

@@ -24,14 +24,27 @@ const publishBudget = time.Minute
 // publishResult stores the result of j, built from its turns: with
 // --turns all, the last turn's context with every earlier answer in it,
 // the last turn's answer, and usage summed over the turns.
-func (w *Worker) publishResult(ctx context.Context, attempt int, j *job) error {
+// It reports whether the result stored is this one (ours), not an
+// earlier copy's: a hedge's (hedge.go) or another delivery's.
+func (w *Worker) publishResult(ctx context.Context, attempt int, j *job) (ours bool, err error) {
 	r := w.result(attempt, j)
 	data, err := schema.EncodeResult(r)
 	if err != nil {
-		return err
+		return false, err
 	}
-	out := w.message(j.lane.run, schema.ResultSubject(j.lane.run, j.p.Unit()), schema.KindResult, j.p.Unit(), data)
-	return w.store(ctx, out)
+	subject := schema.ResultSubject(j.lane.run, j.p.Unit())
+	out := w.message(j.lane.run, subject, schema.KindResult, j.p.Unit(), data)
+	if ours, err = w.storeOnce(ctx, out); err != nil || ours {
+		return ours, err
+	}
+	// Not known to be ours: its acknowledgement may have been lost.
+	ours, err = w.storedByUs(ctx, subject)
+	if err != nil {
+		// Stored, by whichever copy: what matters is that it is.
+		j.lane.log.Debug("cannot read back which copy of a result was stored", "id", j.p.ID, "err", err)
+		return true, nil
+	}
+	return ours, nil
 }
 
 // result is the result of j, whose turns are finished.

@@ -62,6 +62,12 @@ type laneReading struct {
 	// consumer is the run's consumer as read this time; nil when it was
 	// not read (the decision did not need it) or could not be.
 	consumer *consumerReading
+	// hedgeable are the other workers' requests that may be hedged, less
+	// those this worker hedges already (hedges counts them); lengths is
+	// the run's answer lengths, sorted, read only when some are listed.
+	hedgeable []peerFlight
+	hedges    int
+	lengths   []int
 }
 
 // consumerReading is what the decision uses of a consumer's info.
@@ -112,6 +118,17 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 		lr.peerWorkers, lr.peerWindows = l.peers.windows(r.now, recent)
 		lr.waiting = waiting[l]
 		lr.tailHold, lr.consumerFull = l.tailHold.Load(), l.consumerFull.Load()
+		if !w.cfg.HedgeOff {
+			for _, f := range l.peers.hedgeable(r.now, recent) {
+				if _, ours := l.hedges.Load(f.Seq); !ours {
+					lr.hedgeable = append(lr.hedgeable, f)
+				}
+			}
+			lr.hedges = countHedges(l)
+			if len(lr.hedgeable) > 0 {
+				lr.lengths = l.lengths.sorted()
+			}
+		}
 	}
 	p := w.policy()
 	for i, l := range lanes {

@@ -41,6 +41,9 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 	if w.results, err = w.js.Stream(ctx, schema.ResultsStream); err == nil {
 		w.dead, err = w.js.Stream(ctx, schema.DeadStream)
 	}
+	if err == nil {
+		w.prompts, err = w.js.Stream(ctx, schema.PromptsStream)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: look up aerie's streams (run `aerie produce` first, it creates them): %w", w.cfg.Name, err)
 	}
@@ -64,6 +67,7 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 func (w *Worker) newLane(m *schema.Manifest) *lane {
 	l := &lane{run: m.Run, manifest: m, log: w.log}
 	l.setHintLimit(math.Inf(1))
+	l.pending.Store(-1)
 	if w.cfg.Run == "" {
 		l.log = w.log.With("run", m.Run)
 	}

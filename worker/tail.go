@@ -59,6 +59,9 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 		}
 		progress(n)
 	})
+	if err != nil && f.state.Load() == flightHedgedAway && ctx.Err() == nil {
+		return nil, fmt.Errorf("%w: %w", errHedgeWon, err)
+	}
 	if err != nil && f.state.Load() == flightHandedBack && ctx.Err() == nil {
 		if errors.Is(context.Cause(rctx), errSlowForHint) {
 			return nil, fmt.Errorf("%w: %w", errSlowForHint, err)
@@ -78,6 +81,7 @@ func (w *Worker) chat(ctx context.Context, f *flight, req openai.ChatRequest, pr
 // workers of l's run. Without them no prompt is handed back, nor pull
 // held back, at the end of the run.
 func (w *Worker) followPeers(ctx context.Context, l *lane) {
+	w.followHedges(ctx, l)
 	sub, err := w.nc.Subscribe(schema.HeartbeatFilter(l.run), l.peers.heard(w.cfg.Name))
 	if err != nil {
 		l.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
@@ -160,6 +164,8 @@ type peer struct {
 	// speed is the tokens a second each of its requests streams, 0
 	// while unknown (see nextSpeed).
 	speed float64
+	// flights are the requests it lists as hedgeable (hedge.go).
+	flights []schema.Flight
 }
 
 // heard returns the handler of the run's heartbeats, self's left out.
@@ -185,7 +191,7 @@ func (p *peers) heard(self string) nats.MsgHandler {
 			p.last = map[string]peer{}
 		}
 		pr := peer{at: now, window: hb.Window, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
-			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed}
+			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed, flights: hb.Hedgeable}
 		if was, ok := p.last[hb.Worker]; ok {
 			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
 			decoding := 0
@@ -245,6 +251,23 @@ func (p *peers) pulling(now time.Time, recent time.Duration) []tailPeer {
 	return out
 }
 
+// hedgeable is what the other workers heard from within `recent` of
+// now, whose speed is known, list as hedgeable.
+func (p *peers) hedgeable(now time.Time, recent time.Duration) []peerFlight {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []peerFlight
+	for name, pr := range p.last {
+		if now.Sub(pr.at) > recent || pr.speed <= 0 {
+			continue
+		}
+		for _, f := range pr.flights {
+			out = append(out, peerFlight{Flight: f, worker: name, speed: pr.speed, age: now.Sub(pr.at)})
+		}
+	}
+	return out
+}
+
 // tailDecision is what the tail policy decides for one run.
 type tailDecision struct {
 	hold      bool
@@ -296,10 +319,11 @@ func tailPolicy(p policy, r readings, i int) tailDecision {
 
 // tailNeedsConsumer reports whether the tail policy needs lane i's
 // consumer read: some of its requests may be handed back, the window is
-// shrunk by an earlier hand-back, or other workers pull and this one
-// knows its own pace.
+// shrunk by an earlier hand-back, other workers pull and this one knows
+// its own pace, or other workers are heard and requests may be hedged
+// (whether here or there depends on the run having nothing left).
 func tailNeedsConsumer(p policy, r readings, i int) bool {
 	lr := r.lanes[i]
 	shrunk := !p.auto && r.size < p.window
-	return len(lr.waiting) > 0 || shrunk || len(lr.others) > 0 && r.ownLatency > 0
+	return len(lr.waiting) > 0 || shrunk || len(lr.others) > 0 && r.ownLatency > 0 || p.hedge && lr.peerWorkers > 0
 }

@@ -84,6 +84,15 @@ type Worker struct {
 	// redelivered prompt's earlier outcome is looked for, and, for a run
 	// with --turns all, the turns stream.
 	results, dead, turns jetstream.Stream
+	// prompts is the prompts stream, where a hedge reads the prompt it
+	// sends again (hedge.go).
+	prompts jetstream.Stream
+	// hedging counts the hedges running, which Run waits for as it does
+	// for the deliveries.
+	hedging sync.WaitGroup
+	// hedgeRoot is what hedges run under (see hedgeCtx), under hedgeMu.
+	hedgeMu   sync.Mutex
+	hedgeRoot context.Context
 	// batches group-commit results and turns while Run runs.
 	batches batches
 }
@@ -101,9 +110,15 @@ type flight struct {
 	// hint is the prompt's length hint (0: none), and attempt its
 	// delivery (hintlimit.go).
 	hint, attempt int
-	mu            sync.Mutex
-	sent          time.Time
-	cancel        context.CancelCauseFunc
+	// seq and unit are the prompt message's stream sequence and unit,
+	// which heartbeats list for hedging (hedge.go); hedge marks a hedge,
+	// a second copy of another worker's request, never itself hedged.
+	seq    uint64
+	unit   schema.Unit
+	hedge  bool
+	mu     sync.Mutex
+	sent   time.Time
+	cancel context.CancelCauseFunc
 }
 
 // New returns a worker; js must be connected and backend ready.
@@ -172,6 +187,13 @@ type Stats struct {
 	// Turns counts the answers generated and kept: one per completed
 	// prompt with --turns last, one per turn with --turns all.
 	Turns int64
+	// Hedges counts the hedges this worker sent at the end of a run, and
+	// HedgesWon those whose answer it stored first (counted in
+	// Completed); HedgedAway counts its prompts acknowledged because a
+	// hedge elsewhere stored their answer first; HedgedTokens the
+	// completion tokens it generated and threw away because the other
+	// copy won (see hedge.go).
+	Hedges, HedgesWon, HedgedAway, HedgedTokens int64
 	// Runs are the counters of each run served, by name.
 	Runs map[string]RunStats
 }
@@ -208,6 +230,10 @@ func (w *Worker) Stats() Stats {
 		s.TailHandedBack += l.n.tailHandedBack.Load()
 		s.AlreadySettled += l.n.alreadySettled.Load()
 		s.Turns += l.n.turns.Load()
+		s.Hedges += l.n.hedges.Load()
+		s.HedgesWon += l.n.hedgesWon.Load()
+		s.HedgedAway += l.n.hedgedAway.Load()
+		s.HedgedTokens += l.n.hedgedTokens.Load()
 		s.TailHolds += l.tailHolds.Load()
 		s.ConsumerFull = s.ConsumerFull || l.consumerFull.Load()
 	}
@@ -251,6 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, l := range w.serving() {
 		w.followPeers(work, l)
 	}
+	w.setHedgeCtx(ctx)
 	go w.watchRuns(work, kv)
 	go w.control(work)
 
@@ -263,7 +290,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	held, _ := w.win.holding()
 	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", held, "grace", w.cfg.Grace)
 	idle := make(chan struct{})
-	go func() { wg.Wait(); close(idle) }()
+	go func() { wg.Wait(); w.hedging.Wait(); close(idle) }()
 	select {
 	case <-idle:
 	case <-time.After(w.cfg.Grace):
@@ -277,7 +304,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.publishHeartbeats() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
-		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed)
+		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed,
+		"hedges", s.Hedges, "hedges_won", s.HedgesWon, "hedged_away", s.HedgedAway)
 	return nil
 }
 

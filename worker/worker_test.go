@@ -139,7 +139,7 @@ func (b *bundle) waitSettled(t *testing.T, timeout time.Duration) {
 
 // stored returns the payloads of every message in stream, in order.
 // waitCounted waits until the workers' summed Completed, DeadLettered
-// and AlreadySettled reach n. A worker counts a prompt once the server
+// AlreadySettled and HedgedAway reach n. A worker counts a prompt once the server
 // has confirmed its ack or termination, a moment after the ack floor
 // that waitSettled watches has moved (and now that slots are freed
 // before results are stored, several prompts of a run's end may be in
@@ -151,7 +151,7 @@ func waitCounted(t *testing.T, n int64, ws ...*worker.Worker) {
 		var got int64
 		for _, w := range ws {
 			s := w.Stats()
-			got += s.Completed + s.DeadLettered + s.AlreadySettled
+			got += s.Completed + s.DeadLettered + s.AlreadySettled + s.HedgedAway
 		}
 		return got >= n
 	}, "the workers to count %d prompts settled", n)
