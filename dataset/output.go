@@ -59,12 +59,16 @@ type CompletionLine struct {
 	Model      string `json:"model"`
 	// Params are the parameters the answer was generated with: the run's,
 	// overridden by the prompt's own, for this sample.
-	Params     schema.Params `json:"params"`
-	Worker     string        `json:"worker"`
-	Attempts   int           `json:"attempts"`
-	TTFTMillis int64         `json:"ttft_ms"`
-	LatencyMs  int64         `json:"latency_ms"`
-	FinishedAt time.Time     `json:"finished_at"`
+	Params schema.Params `json:"params"`
+	Worker string        `json:"worker"`
+	// Hedged is set when the answer is a hedge's: a copy Worker sent at
+	// the end of the run while a slower worker still generated the
+	// original, and stored first.
+	Hedged     bool      `json:"hedged,omitempty"`
+	Attempts   int       `json:"attempts"`
+	TTFTMillis int64     `json:"ttft_ms"`
+	LatencyMs  int64     `json:"latency_ms"`
+	FinishedAt time.Time `json:"finished_at"`
 	// Simulated marks an answer of aerie's simulator: rehearsal data that
 	// must not pass for a real model's.
 	Simulated bool `json:"simulated,omitempty"`
@@ -84,7 +88,7 @@ func NewCompletionLine(r *schema.Result) CompletionLine {
 		Model: r.Model, Params: r.Params, Worker: r.Worker, Attempts: r.Attempts,
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,
 		Simulated: r.Simulated, PromptTokenIDs: r.PromptTokenIDs, TokenIDs: r.TokenIDs,
-		LengthHint: r.LengthHint,
+		LengthHint: r.LengthHint, Hedged: r.Hedged,
 	}
 }
 

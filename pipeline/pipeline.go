@@ -70,6 +70,10 @@ type Config struct {
 	MaxWindow     int
 	WindowPoll    time.Duration
 	HandBackAfter time.Duration
+	// HedgeOff and HedgeMax are each worker's settings of the same names
+	// in worker.Config: hedging on by default, as many as slots are free.
+	HedgeOff bool
+	HedgeMax int
 	// YieldToServing, ServingTTFTSLO and BatchPriority are each worker's
 	// settings of the same names in worker.Config: off by default, for a
 	// backend that takes no interactive traffic.

@@ -54,6 +54,7 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 				WindowPoll: scaled(cfg, cfg.WindowPoll, worker.DefaultWindowPoll), HandBackAfter: scaled(cfg, cfg.HandBackAfter, worker.DefaultHandBackAfter),
 				Grace: cfg.Grace, PullWait: pullWait, Metrics: reg, Logger: log,
 				YieldToServing: cfg.YieldToServing, ServingTTFTSLO: cfg.ServingTTFTSLO, BatchPriority: cfg.BatchPriority,
+				HedgeOff: cfg.HedgeOff, HedgeMax: cfg.HedgeMax,
 			}, js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}

@@ -134,6 +134,10 @@ type Worker struct {
 	Completed      int64   `json:"completed"`
 	DeadLettered   int64   `json:"dead_lettered"`
 	Retried        int64   `json:"retried"`
+	// Hedges counts the hedges the worker sent at the end of the run,
+	// HedgesWon those whose answer it stored first.
+	Hedges    int64 `json:"hedges,omitempty"`
+	HedgesWon int64 `json:"hedges_won,omitempty"`
 	// Paused says why the worker had stopped pulling; empty when it had
 	// not.
 	Paused    string `json:"paused,omitempty"`

@@ -84,15 +84,19 @@ func share(wk Worker) string {
 }
 
 func workerState(wk Worker) string {
+	hedges := ""
+	if wk.Hedges > 0 {
+		hedges = fmt.Sprintf(", hedged %d (won %d)", wk.Hedges, wk.HedgesWon)
+	}
 	switch {
 	case wk.Heartbeat.Stale && wk.Paused == schema.PausedStopping:
-		return "stopped"
+		return "stopped" + hedges
 	case wk.Heartbeat.Stale:
-		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + ")"
+		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + ")" + hedges
 	case wk.Paused != "":
-		return "paused: " + wk.Paused
+		return "paused: " + wk.Paused + hedges
 	}
-	return "ok"
+	return "ok" + hedges
 }
 
 // WriteList writes one line per run.

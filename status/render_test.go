@@ -28,6 +28,8 @@ func fixedRun() *status.Run {
 				TokensPerSec: -1, Paused: "backend down: 503", Heartbeat: status.Age{At: at, AgeSec: 2}},
 			{Name: "gpu-c-1", Host: "gpu-c", Window: 200, TokensPerSec: -1,
 				Heartbeat: status.Age{At: at, AgeSec: 45, Stale: true}},
+			{Name: "gpu-d-1", Host: "gpu-d", Window: 400, TokensPerSec: 900, Hedges: 7, HedgesWon: 5,
+				Heartbeat: status.Age{At: at, AgeSec: 1}},
 		},
 	}
 }
@@ -72,6 +74,9 @@ func TestWriteRunShowsEveryFigure(t *testing.T) {
 	}
 	if l := workerLine("gpu-c-1"); !strings.Contains(l, "STALE") || !strings.Contains(l, "45s ago") {
 		t.Errorf("stale worker line %q is not marked stale", l)
+	}
+	if l := workerLine("gpu-d-1"); !strings.HasSuffix(strings.TrimSpace(l), "ok, hedged 7 (won 5)") {
+		t.Errorf("hedging worker line %q does not count its hedges", l)
 	}
 }
 

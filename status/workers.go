@@ -101,6 +101,7 @@ func workerOf(hb heartbeat, now time.Time, staleAfter time.Duration) Worker {
 		InFlight: len(hb.InFlightTokens), Held: hb.InFlight,
 		TokensPerSec: -1, TokensStreamed: hb.TokensStreamed, Completed: hb.Completed,
 		DeadLettered: hb.DeadLettered, Retried: hb.Retried, Heartbeat: age(hb.at, now, staleAfter),
+		Hedges: hb.Hedges, HedgesWon: hb.HedgesWon,
 	}
 	if hb.Paused {
 		w.Paused = hb.PausedReason

@@ -203,6 +203,9 @@ type windowFlags struct {
 	max           int
 	poll          time.Duration
 	handBackAfter time.Duration
+	// hedge is --hedge (auto or off) and hedgeMax --hedge-max.
+	hedge    string
+	hedgeMax int
 }
 
 func (f *windowFlags) String() string {
@@ -230,7 +233,7 @@ func (f *windowFlags) Set(v string) error {
 
 // addWindowFlag declares --window.
 func addWindowFlag(fs *flag.FlagSet) *windowFlags {
-	f := &windowFlags{size: worker.DefaultWindow}
+	f := &windowFlags{size: worker.DefaultWindow, hedge: "auto"}
 	fs.Var(f, "window", "requests in flight per worker, exactly (default 200, which suits vLLM's default of 256 running sequences), or auto: sized from the backend's own /metrics to keep its running slots busy with a small queue, starting at 200 and kept there if the backend serves no vLLM metrics; a worker holds up to twice this in prompts: the next generates while one is stored, and with --turns all conversations wait between two turns")
 	return f
 }
@@ -242,6 +245,8 @@ func addWorkerWindowFlags(fs *flag.FlagSet) *windowFlags {
 	fs.IntVar(&f.max, "max-window", worker.DefaultMaxWindow, "with --window auto, the most requests a worker may have in flight")
 	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read")
 	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's shortest time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
+	fs.StringVar(&f.hedge, "hedge", "auto", "auto: once the run has nothing left to deliver, a worker with free slots sends a second copy of a request that a worker at least 1.5 times slower per request has run for longer than this one would take for the whole answer; the first answer stored is kept and the other copy cancelled. off: never")
+	fs.IntVar(&f.hedgeMax, "hedge-max", 0, "with --hedge auto, the most hedges a worker runs at once; 0: as many as its window has free slots")
 	return f
 }
 
@@ -258,6 +263,12 @@ func (f *windowFlags) check() error {
 	if f.handBackAfter < 0 {
 		return fmt.Errorf("--hand-back-after %v: want a wait of at least 0 (0 never hands back)", f.handBackAfter)
 	}
+	if f.hedge != "auto" && f.hedge != "off" {
+		return fmt.Errorf("--hedge %q: want auto (hedge slower workers' requests at the end of a run) or off", f.hedge)
+	}
+	if f.hedgeMax < 0 {
+		return fmt.Errorf("--hedge-max %d: want the most hedges a worker runs at once, at least 0 (0: as many as slots are free)", f.hedgeMax)
+	}
 	return nil
 }
 
@@ -265,6 +276,7 @@ func (f *windowFlags) check() error {
 func (f *windowFlags) apply(cfg *worker.Config) {
 	cfg.Window, cfg.AutoWindow, cfg.MaxWindow, cfg.WindowPoll = f.size, f.auto, f.max, f.poll
 	cfg.HandBackAfter = f.handBack()
+	cfg.HedgeOff, cfg.HedgeMax = f.hedge == "off", f.hedgeMax
 }
 
 // handBack is --hand-back-after as worker.Config has it: negative for

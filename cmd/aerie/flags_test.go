@@ -140,6 +140,8 @@ func TestWindowFlagErrors(t *testing.T) {
 			{[]string{"--window", "auto", "--max-window", "0"}, "--max-window 0: want the most requests"},
 			{[]string{"--window-poll", "0s"}, "--window-poll 0s: want how often"},
 			{[]string{"--hand-back-after", "-1s"}, "--hand-back-after -1s: want a wait of at least 0"},
+			{[]string{"--hedge", "always"}, `--hedge "always": want auto`},
+			{[]string{"--hedge-max", "-1"}, "--hedge-max -1: want the most hedges"},
 		} {
 			p := aerie(t, bin, append(append([]string(nil), cmd...), tc.flags...)...)
 			code := p.exit(t, time.Minute)

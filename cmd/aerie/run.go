@@ -104,6 +104,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
 		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max,
 		WindowPoll: window.poll, HandBackAfter: window.handBack(), Grace: *grace, NATSListen: *listen,
+		HedgeOff: window.hedge == "off", HedgeMax: window.hedgeMax,
 		YieldToServing: yield.on, ServingTTFTSLO: yield.slo, BatchPriority: yield.priority,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip, Order: *order,
