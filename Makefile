@@ -137,9 +137,9 @@ eta-study:
 # (BenchmarkPriority); and a batch run beside an interactive probe, with
 # and without --yield-to-serving (BenchmarkServing); then 4,000 short
 # answers (mean 100 tokens) on the same servers in input order and
-# longest first by noisy and by exact length hints (BenchmarkLongestFirst,
-# at real speed: faster, a 2-core machine cannot keep up with their
-# answers).
+# longest first by noisy hints, each with --hedge off and auto, and by
+# exact length hints (BenchmarkLongestFirst, at real speed: faster, a
+# 2-core machine cannot keep up with their answers).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
