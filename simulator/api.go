@@ -92,7 +92,9 @@ type chatRequest struct {
 	ReturnTokenIDs      *bool           `json:"return_token_ids"`
 	// Priority is vLLM's request priority: lower is served first under
 	// --scheduling-policy priority; anything but 0 is refused otherwise.
-	Priority      *int           `json:"priority"`
+	Priority *int `json:"priority"`
+	// N is how many answers to sample (parallel sampling); nil means 1.
+	N             *int           `json:"n"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *streamOptions `json:"stream_options"`
 }

@@ -62,6 +62,7 @@ const (
 	DefaultOutputSigma     = 0.95
 	DefaultReasoningShare  = 0.75
 	DefaultKVCacheTokens   = 1_250_000
+	DefaultPrefixCache     = 4096
 )
 
 // Config describes the simulated server. The zero value of every field
@@ -167,6 +168,20 @@ type Config struct {
 	// tokens over 25,000-prompt runs) never preempt.
 	KVCacheTokens int
 
+	// PrefixCache is how many prompts the engine's prefix cache keeps,
+	// least recently used out first; negative turns it off
+	// (`vllm serve --no-enable-prefix-caching`). vLLM's V1 engine caches
+	// prefixes by default, and a prompt repeated within a batch hits the
+	// cache too, so the n answers of one request (parallel sampling) read
+	// their prompt once: a prompt found in the cache reads only what is
+	// past its last whole block of 16 tokens, and at least its last
+	// token, as vLLM. Only whole prompts are matched, not a prompt that
+	// merely starts like another (a conversation's next turn); the cached
+	// blocks count in KV usage as each sequence's own. Reported as
+	// vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total,
+	// in tokens. Default DefaultPrefixCache.
+	PrefixCache int
+
 	// Faults injects errors, hangs, disconnects, slow first bytes and
 	// outages. The zero value injects nothing.
 	Faults Faults
@@ -208,6 +223,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReasoningShare == 0 {
 		c.ReasoningShare = DefaultReasoningShare
+	}
+	if c.PrefixCache == 0 {
+		c.PrefixCache = DefaultPrefixCache
 	}
 	if c.KVCacheTokens == 0 {
 		c.KVCacheTokens = DefaultKVCacheTokens

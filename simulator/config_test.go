@@ -14,7 +14,7 @@ func TestWithDefaults(t *testing.T) {
 		Speed: DefaultSpeed, ReasoningField: DefaultReasoningField,
 		StepBase: DefaultStepBase, StepPerSeq: DefaultStepPerSeq, PrefillPerToken: DefaultPrefillPerToken,
 		OutputMedian: DefaultOutputMedian, OutputSigma: DefaultOutputSigma,
-		ReasoningShare: DefaultReasoningShare, KVCacheTokens: DefaultKVCacheTokens,
+		ReasoningShare: DefaultReasoningShare, KVCacheTokens: DefaultKVCacheTokens, PrefixCache: DefaultPrefixCache,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)

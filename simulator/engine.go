@@ -72,6 +72,9 @@ type engine struct {
 	arrivals uint64
 	ttft     histogram
 
+	// prefixes is the prefix cache (prefix.go).
+	prefixes *prefixCache
+
 	generated, promptTotal int64
 	finished               map[string]int64 // by finish reason
 	aborted                int64
@@ -87,6 +90,7 @@ func newEngine(cfg Config) *engine {
 		cfg:      cfg,
 		kick:     make(chan struct{}, 1),
 		kvCap:    blocksFor(cfg.KVCacheTokens),
+		prefixes: newPrefixCache(cfg.PrefixCache),
 		ttft:     newHistogram(ttftBuckets),
 		finished: map[string]int64{finishStop: 0, finishLength: 0},
 	}

@@ -12,6 +12,10 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
+// maxN bounds a request's n: the simulator runs one sequence per
+// answer, and a client asking for thousands is a mistake.
+const maxN = 256
+
 // maxBodyBytes bounds a request body: a full 262,144-token context is
 // about 1 MB of text, so this leaves ample room for JSON overhead.
 const maxBodyBytes = 64 << 20
@@ -71,22 +75,62 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.hang(w, r, outage)
 		return
 	}
-	seq := newSequence(j.prompt, s.cfg.planAnswer(j.sampling.answerHash(j.key), &j.sampling, j.maxTokens))
-	if j.req.Priority != nil {
-		seq.priority = *j.req.Priority
-	}
+	seqs := s.children(j)
 	if plan.cutsAnswer() {
-		j.cut, j.cutAt = plan.kind, plan.cutAfter(seq.answer.tokens)
+		j.cut, j.cutAt = plan.kind, plan.cutAfter(seqs[0].answer.tokens)
 	}
-	if err := s.eng.submit(seq); err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", "The engine is not running.")
-		return
+	for i, seq := range seqs {
+		if err := s.eng.submit(seq); err != nil {
+			for _, q := range seqs[:i] {
+				s.eng.cancel(q)
+			}
+			writeError(w, http.StatusServiceUnavailable, "", "The engine is not running.")
+			return
+		}
 	}
 	if j.req.Stream {
-		s.stream(w, r, j, seq)
+		s.stream(w, r, j, seqs)
 		return
 	}
-	s.complete(w, r, j, seq)
+	s.complete(w, r, j, seqs)
+}
+
+// cancelAll ends the sequences of one request.
+func (s *Server) cancelAll(seqs []*sequence) {
+	for _, q := range seqs {
+		s.eng.cancel(q)
+	}
+}
+
+// children are the sequences of j: one per answer asked for (n), each
+// sampled as vLLM samples the children of a parallel sampling request,
+// with the request's seed plus its index when the request has a seed.
+// They share the prompt, which the prefix cache reads once.
+func (s *Server) children(j *job) []*sequence {
+	n := 1
+	if j.req.N != nil {
+		n = *j.req.N
+	}
+	prefix := mix64(promptHash(j.req.Messages, s.cfg.Seed) | 1)
+	seqs := make([]*sequence, n)
+	for k := range seqs {
+		sp, key := j.sampling, j.key
+		if k > 0 && j.req.Seed != nil {
+			req := j.req
+			seed := *req.Seed + int64(k)
+			req.Seed = &seed
+			// The request parsed once already: only the seed differs.
+			child, _ := parseSampling(&req)
+			sp, key = child, s.cfg.requestKey(req.Messages, &child)
+		}
+		seq := newSequence(j.prompt, s.cfg.planAnswer(sp.answerHash(key), &sp, j.maxTokens))
+		seq.prefix = prefix
+		if j.req.Priority != nil {
+			seq.priority = *j.req.Priority
+		}
+		seqs[k] = seq
+	}
+	return seqs
 }
 
 // contextLengthError is vLLM's refusal of a prompt of prompt tokens
@@ -133,6 +177,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	if rerr != nil {
 		return nil, rerr
 	}
+	if req.N != nil && (*req.N < 1 || *req.N > maxN) {
+		return nil, badRequest("n", "n must be between 1 and %d, got %d.", maxN, *req.N)
+	}
 	if req.Priority != nil && *req.Priority != 0 && s.cfg.SchedulingPolicy != SchedulingPriority {
 		return nil, badRequest("", "Got priority %d but Priority scheduling is not enabled.", *req.Priority)
 	}
@@ -158,57 +205,46 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	return j, nil
 }
 
-// complete answers a non-streaming request once the sequence is done.
-// A client that leaves first frees its slot or queue place at once. An
-// injected disconnect or stream error ends the request once the answer
-// has reached its cut (see failPartWay).
-func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
+// complete answers a non-streaming request once its sequences are
+// done. A client that leaves first frees their slots or queue places at
+// once. An injected disconnect or stream error ends the request once the
+// first answer has reached its cut (see failPartWay).
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seqs []*sequence) {
+	seq := seqs[0]
 	var progress <-chan struct{}
 	if j.cutAt >= 0 {
 		progress = seq.notify
 	}
-	for waiting := true; waiting; {
-		select {
-		case <-seq.done:
-			waiting = false
-		case <-progress:
-			if int(seq.tokens.Load()) >= j.cutAt {
-				s.failPartWay(w, j, seq)
+	for _, q := range seqs {
+		for waiting := true; waiting; {
+			select {
+			case <-q.done:
+				waiting = false
+			case <-progress:
+				if int(seq.tokens.Load()) >= j.cutAt {
+					s.cancelAll(seqs)
+					s.failPartWay(w, j, seq)
+					return
+				}
+			case <-r.Context().Done():
+				s.cancelAll(seqs)
+				s.left(j.outage)
+				return
+			case <-j.outage:
+				s.cancelAll(seqs)
+				s.cut(w, false)
 				return
 			}
-		case <-r.Context().Done():
-			s.eng.cancel(seq)
-			s.left(j.outage)
-			return
-		case <-j.outage:
-			s.eng.cancel(seq)
-			s.cut(w, false)
+		}
+		if q.err != nil {
+			s.cancelAll(seqs)
+			writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
 			return
 		}
-	}
-	if seq.err != nil {
-		writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
-		return
 	}
 	if j.cutAt >= 0 {
 		s.failPartWay(w, j, seq)
 		return
-	}
-	a := seq.answer
-	inline := s.cfg.ReasoningField == ReasoningFieldThink
-	msg := responseMessage{Role: "assistant"}
-	reasoning := appendReasoning(nil, a, 0, a.tokens, inline)
-	content := appendContent(nil, a, 0, a.tokens, inline)
-	if inline {
-		content = append(reasoning, content...)
-	} else if len(reasoning) > 0 {
-		setReasoning(s.cfg.ReasoningField, string(reasoning), &msg.Reasoning, &msg.ReasoningContent)
-	}
-	// Content is null only when no content token was generated; a stop
-	// string at its very start leaves it empty.
-	if len(content) > 0 || a.tokens > a.reasoning {
-		text := string(content)
-		msg.Content = &text
 	}
 	resp := completion{
 		ID:                j.id,
@@ -216,13 +252,39 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seq *s
 		Created:           j.created,
 		Model:             j.model,
 		SystemFingerprint: schema.SimulatedFingerprint,
-		Choices:           []completionChoice{{Message: msg, FinishReason: a.finishReason}},
-		Usage:             makeUsage(j.prompt, a.tokens),
+		Choices:           make([]completionChoice, 0, len(seqs)),
 	}
 	if j.sampling.tokenIDs {
 		resp.PromptTokenIDs = promptTokenIDs(j.req.Messages)
-		resp.Choices[0].TokenIDs = appendTokenIDs(make([]int, 0, a.tokens), a, 0, a.tokens)
 	}
+	total := 0
+	inline := s.cfg.ReasoningField == ReasoningFieldThink
+	for k, q := range seqs {
+		a := q.answer
+		total += a.tokens
+		msg := responseMessage{Role: "assistant"}
+		reasoning := appendReasoning(nil, a, 0, a.tokens, inline)
+		content := appendContent(nil, a, 0, a.tokens, inline)
+		if inline {
+			content = append(reasoning, content...)
+		} else if len(reasoning) > 0 {
+			setReasoning(s.cfg.ReasoningField, string(reasoning), &msg.Reasoning, &msg.ReasoningContent)
+		}
+		// Content is null only when no content token was generated; a
+		// stop string at its very start leaves it empty.
+		if len(content) > 0 || a.tokens > a.reasoning {
+			text := string(content)
+			msg.Content = &text
+		}
+		c := completionChoice{Index: k, Message: msg, FinishReason: a.finishReason}
+		if j.sampling.tokenIDs {
+			c.TokenIDs = appendTokenIDs(make([]int, 0, a.tokens), a, 0, a.tokens)
+		}
+		resp.Choices = append(resp.Choices, c)
+	}
+	// Usage counts the prompt once and the tokens of every answer, as
+	// vLLM's.
+	resp.Usage = makeUsage(j.prompt, total)
 	writeJSON(w, http.StatusOK, resp)
 }
 

@@ -11,7 +11,8 @@ const kvBlockSize = 16
 func blocksFor(n int) int { return (n + kvBlockSize - 1) / kvBlockSize }
 
 // The engine's KV cache follows vLLM's V1 scheduler (recompute
-// preemption, no swapping, no prefix caching):
+// preemption, no swapping; whole prompts in the prefix cache, see
+// Config.PrefixCache):
 //
 //   - A running sequence holds the blocks of the tokens computed for it:
 //     the prompt read so far while prefilling, then prompt plus answer
@@ -119,17 +120,22 @@ func (e *engine) schedule() (batch, chunk int) {
 	need := e.kvBlocks + e.decodeBlocksNeeded() + blocks
 	for !e.preempting && chunk < budget && e.order.Len() < e.cfg.MaxNumSeqs && e.waiting.Len() > 0 {
 		s := e.waiting.Front().Value.(*sequence)
-		used := min(budget-chunk, s.prompt+s.kept)
-		if need+blocksFor(used) > e.kvCap {
+		hit := e.prefixes.lookup(s)
+		used := min(budget-chunk, s.prompt+s.kept-hit)
+		if need+blocksFor(hit+used) > e.kvCap {
 			break
 		}
 		e.waiting.Remove(s.elem)
+		e.prefixes.admit(s, hit)
 		s.phase = phasePrefilling
-		s.prefillLeft = s.prompt + s.kept
+		s.prefillLeft = s.prompt + s.kept - hit
+		// The cached blocks count as the sequence's own (see
+		// Config.PrefixCache); prefill charges the rest as it reads.
+		e.kvBlocks += blocksFor(hit)
 		s.elem = e.prefilling.PushBack(s)
 		s.runElem = e.order.PushBack(s)
 		chunk += used
-		need += blocksFor(used)
+		need += blocksFor(hit + used)
 	}
 	return len(e.decoding), chunk
 }

@@ -25,6 +25,7 @@ type collector struct {
 	waitingByReason            *prometheus.Desc
 	preemptions, genTokens     *prometheus.Desc
 	promptTokens, successTotal *prometheus.Desc
+	prefixQueries, prefixHits  *prometheus.Desc
 	ttft                       *prometheus.Desc
 	faultsInjected             *prometheus.Desc
 }
@@ -41,19 +42,21 @@ func newCollector(eng *engine, counts *faultCounts, model func() string) *collec
 		waiting: desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		waitingByReason: desc("vllm:num_requests_waiting_by_reason",
 			"Number of waiting requests by reason. 'capacity' waits for scheduling capacity; 'deferred' for transient constraints.", "reason"),
-		kvUsage:      desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		preemptions:  desc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
-		genTokens:    desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		promptTokens: desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		successTotal: desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
-		ttft:         desc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+		kvUsage:       desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
+		preemptions:   desc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
+		genTokens:     desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
+		promptTokens:  desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
+		prefixQueries: desc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."),
+		prefixHits:    desc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache, which were not prefilled again."),
+		successTotal:  desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
+		ttft:          desc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
 		faultsInjected: prometheus.NewDesc("aerie_sim_faults_injected_total",
 			"Faults injected by the simulator, by kind.", []string{"kind"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.successTotal, c.ttft, c.faultsInjected} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.prefixQueries, c.prefixHits, c.successTotal, c.ttft, c.faultsInjected} {
 		ch <- d
 	}
 }
@@ -76,6 +79,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.preemptions, float64(st.Preemptions))
 	counter(c.genTokens, float64(st.GenerationTokens))
 	counter(c.promptTokens, float64(st.PromptTokens))
+	counter(c.prefixQueries, float64(st.PrefixQueries))
+	counter(c.prefixHits, float64(st.PrefixHits))
 	reasons := make([]string, 0, len(byReason))
 	for r := range byReason {
 		reasons = append(reasons, r)

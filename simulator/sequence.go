@@ -28,6 +28,9 @@ const (
 type sequence struct {
 	prompt int    // prompt tokens
 	answer answer // what will be generated
+	// prefix identifies the prompt in the prefix cache (its hash); 0
+	// keeps the sequence out of it.
+	prefix uint64
 
 	// Engine state, under engine.mu.
 	phase       phase

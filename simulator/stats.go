@@ -16,6 +16,11 @@ type Stats struct {
 	// PromptTokens counts prompt tokens of every prefill completed, once
 	// per request: the recompute after a preemption is not counted.
 	PromptTokens int64
+	// PrefixQueries counts the prompt tokens looked up in the prefix
+	// cache, and PrefixHits those found there, which were not read
+	// again: prompt tokens actually prefilled are PrefixQueries less
+	// PrefixHits (see Config.PrefixCache).
+	PrefixQueries, PrefixHits int64
 	// Completed counts requests that finished (stop or length).
 	Completed int64
 	// Aborted counts requests whose client went away before the end.
@@ -53,6 +58,8 @@ func (e *engine) snapshot() (Stats, map[string]int64) {
 		Waiting:          e.waiting.Len(),
 		GenerationTokens: e.generated,
 		PromptTokens:     e.promptTotal,
+		PrefixQueries:    e.prefixes.queries,
+		PrefixHits:       e.prefixes.hits,
 		Completed:        completed,
 		Aborted:          e.aborted,
 		Preemptions:      e.preemptionTotal,

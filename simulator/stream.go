@@ -9,7 +9,8 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// streamer writes one streaming response as server-sent events. Tokens
+// streamer writes one answer of a streaming response as server-sent
+// events: the response's only answer, or one of its n (index). Tokens
 // that arrive together (at high Speed, many per engine tick) go out as
 // one chunk, or two where the answer turns from reasoning to content, so
 // the chunk count is bounded by wall time; usage figures stay exact.
@@ -19,12 +20,16 @@ type streamer struct {
 	field   string // reasoning field
 	prompt  int
 	answer  answer
+	index   int
 	usage   bool // final usage chunk
 	running bool // usage on every chunk
-	sent    int  // tokens written so far
-	text    []byte
-	buf     bytes.Buffer
-	tmpl    chunk // id, object, created, model
+	started bool // the role chunk is out
+	// finished is set once the chunk with the finish reason is queued.
+	finished bool
+	sent     int // tokens written so far
+	text     []byte
+	buf      bytes.Buffer
+	tmpl     chunk // id, object, created, model
 	// tokenIDs is set when the request asked for token ids: the first
 	// chunk then carries promptIDs, every other one the ids of its
 	// tokens (ids, reused).
@@ -33,52 +38,93 @@ type streamer struct {
 	ids       []int
 }
 
-// stream serves a streaming request. As with vLLM the response (headers
-// included) starts only when the first token exists, so a queued request
-// looks like a slow connection. An outage or an injected disconnect ends
-// the stream without a finish reason or [DONE]; an injected stream error
-// ends it with vLLM's error event and [DONE].
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *sequence) {
-	st := &streamer{
-		w:      w,
-		rc:     http.NewResponseController(w),
-		field:  s.cfg.ReasoningField,
-		prompt: j.prompt,
-		answer: seq.answer,
-		tmpl: chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.model,
-			SystemFingerprint: schema.SimulatedFingerprint},
+// stream serves a streaming request of one or more answers (n). As with
+// vLLM the response (headers included) starts only when the first token
+// exists, so a queued request looks like a slow connection; each answer
+// then streams its chunks under its index, and the usage chunk, which
+// counts the prompt once and every answer's tokens, and [DONE] end the
+// stream once all are done. An outage or an injected disconnect (of the
+// first answer) ends the stream without a finish reason or [DONE]; an
+// injected stream error ends it with vLLM's error event and [DONE].
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seqs []*sequence) {
+	sts := make([]*streamer, len(seqs))
+	for k, seq := range seqs {
+		st := &streamer{
+			w:      w,
+			rc:     http.NewResponseController(w),
+			field:  s.cfg.ReasoningField,
+			prompt: j.prompt,
+			answer: seq.answer,
+			index:  k,
+			tmpl: chunk{ID: j.id, Object: "chat.completion.chunk", Created: j.created, Model: j.model,
+				SystemFingerprint: schema.SimulatedFingerprint},
+		}
+		if j.sampling.tokenIDs {
+			st.tokenIDs = true
+			if k == 0 {
+				st.promptIDs = promptTokenIDs(j.req.Messages)
+			}
+		}
+		if o := j.req.StreamOptions; o != nil && o.IncludeUsage {
+			st.usage = true
+			st.running = o.ContinuousUsageStats // vLLM honours it only with include_usage
+		}
+		sts[k] = st
 	}
-	if j.sampling.tokenIDs {
-		st.tokenIDs = true
-		st.promptIDs = promptTokenIDs(j.req.Messages)
+	// wake gets a value whenever an answer grows or ends.
+	wake := seqs[0].notify
+	if len(seqs) > 1 {
+		wake = make(chan struct{}, 1)
+		for _, q := range seqs {
+			go func() {
+				for {
+					select {
+					case <-q.notify:
+					case <-q.done:
+						select {
+						case wake <- struct{}{}:
+						default:
+						}
+						return
+					case <-r.Context().Done():
+						return
+					}
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				}
+			}()
+		}
 	}
-	if o := j.req.StreamOptions; o != nil && o.IncludeUsage {
-		st.usage = true
-		st.running = o.ContinuousUsageStats // vLLM honours it only with include_usage
-	}
-	started := false
+	seq, started := seqs[0], false
 	for {
 		select {
-		case <-seq.notify:
+		case <-wake:
 		case <-seq.done:
 		case <-r.Context().Done():
-			s.eng.cancel(seq)
+			s.cancelAll(seqs)
 			s.left(j.outage)
 			return
 		case <-j.outage:
-			s.eng.cancel(seq)
+			s.cancelAll(seqs)
 			s.cut(w, started)
 			return
 		}
-		finished := isClosed(seq.done)
-		if finished && seq.err != nil {
-			if !started {
-				writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
+		all, some := true, false
+		for _, q := range seqs {
+			finished := isClosed(q.done)
+			if finished && q.err != nil {
+				s.cancelAll(seqs)
+				if !started {
+					writeError(w, http.StatusServiceUnavailable, "", "The engine stopped before the request finished.")
+				}
+				return // a started stream ends without [DONE]: cut short
 			}
-			return // a started stream ends without [DONE]: cut short
+			all = all && finished
+			some = some || finished || q.tokens.Load() > 0
 		}
-		n := int(seq.tokens.Load())
-		if n == 0 && !finished {
+		if !some {
 			continue
 		}
 		if !started {
@@ -87,35 +133,69 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seq *seq
 			h.Set("Content-Type", "text/event-stream; charset=utf-8")
 			h.Set("Cache-Control", "no-cache")
 			w.WriteHeader(http.StatusOK)
-			empty := ""
-			st.add(delta{Role: "assistant", Content: &empty}, nil, 0, nil)
 		}
-		if j.cutAt >= 0 && n >= j.cutAt {
+		if n := int(seq.tokens.Load()); j.cutAt >= 0 && n >= j.cutAt {
 			// What was generated up to the cut goes out, then the
 			// connection closes or the error event ends the stream.
-			st.addTokens(j.cutAt, false)
+			sts[0].begin()
+			sts[0].addTokens(j.cutAt, false)
 			if j.cut == faultStreamError {
-				s.eng.cancel(seq)
+				s.cancelAll(seqs)
 				s.counts.add(faultStreamError)
-				st.fail(engineFailedMessage)
-				_ = st.flush()
+				sts[0].fail(engineFailedMessage)
+				_ = sts[0].flush()
 				return
 			}
-			_ = st.flush()
+			_ = sts[0].flush()
+			for _, q := range seqs[1:] {
+				s.eng.cancel(q)
+			}
 			s.disconnect(seq)
 		}
-		st.addTokens(n, finished)
-		if finished {
-			st.finish()
+		for k, q := range seqs {
+			finished := isClosed(q.done)
+			n := int(q.tokens.Load())
+			st := sts[k]
+			if n == 0 && !finished || st.sent == n && (!finished || st.done()) {
+				continue
+			}
+			st.begin()
+			st.addTokens(n, finished)
 		}
-		if err := st.flush(); err != nil || finished {
-			// A failed write means the client left; r.Context will
-			// say so too, but free the slot now.
-			s.eng.cancel(seq)
+		if all {
+			total := 0
+			for _, q := range seqs {
+				total += q.answer.tokens
+			}
+			sts[len(sts)-1].finish(total)
+		}
+		for _, st := range sts {
+			if err := st.flush(); err != nil {
+				// A failed write means the client left; r.Context will
+				// say so too, but free the slots now.
+				s.cancelAll(seqs)
+				return
+			}
+		}
+		if all {
+			s.cancelAll(seqs)
 			return
 		}
 	}
 }
+
+// begin queues the answer's role chunk, once.
+func (st *streamer) begin() {
+	if st.started {
+		return
+	}
+	st.started = true
+	empty := ""
+	st.add(delta{Role: "assistant", Content: &empty}, nil, 0, nil)
+}
+
+// done reports whether the answer's finish reason is out.
+func (st *streamer) done() bool { return st.finished }
 
 // addTokens queues chunks for the tokens from st.sent up to n; with
 // finished set the last one carries the finish reason.
@@ -163,6 +243,9 @@ func (st *streamer) addText(reasoning bool, upTo int, reason *string, last bool)
 		ids = st.ids
 	}
 	st.sent = upTo
+	if reason != nil {
+		st.finished = true
+	}
 	st.add(d, reason, upTo, ids)
 }
 
@@ -171,7 +254,7 @@ func (st *streamer) addText(reasoning bool, upTo int, reason *string, last bool)
 // request asked for them. The first chunk carries the prompt's ids.
 func (st *streamer) add(d delta, reason *string, completion int, ids []int) {
 	c := st.tmpl
-	c.Choices = []chunkChoice{{Delta: d, FinishReason: reason, TokenIDs: ids}}
+	c.Choices = []chunkChoice{{Index: st.index, Delta: d, FinishReason: reason, TokenIDs: ids}}
 	if st.running {
 		c.Usage = makeUsage(st.prompt, completion)
 	}
@@ -181,12 +264,13 @@ func (st *streamer) add(d delta, reason *string, completion int, ids []int) {
 	st.event(c)
 }
 
-// finish queues the usage chunk (if asked for) and the end marker.
-func (st *streamer) finish() {
+// finish queues the usage chunk (if asked for), with the completion
+// tokens of every answer, and the end marker.
+func (st *streamer) finish(completion int) {
 	if st.usage {
 		c := st.tmpl
 		c.Choices = []chunkChoice{}
-		c.Usage = makeUsage(st.prompt, st.answer.tokens)
+		c.Usage = makeUsage(st.prompt, completion)
 		st.event(c)
 	}
 	st.buf.WriteString("data: [DONE]\n\n")

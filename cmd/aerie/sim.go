@@ -41,6 +41,7 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 		return nil
 	})
 	fs.IntVar(&c.KVCacheTokens, prefix+"kv-cache-tokens", d.KVCacheTokens, "KV cache size in tokens (vLLM's \"GPU KV cache size\"): admission waits for room, a full cache preempts the latest admitted request; at least --"+prefix+"max-model-len")
+	fs.IntVar(&c.PrefixCache, prefix+"prefix-cache", d.PrefixCache, "prompts kept in the prefix cache, as vLLM's default prefix caching: a prompt found there is not read again, so the n answers of one request read it once; a negative number turns it off (vLLM's --no-enable-prefix-caching)")
 	fs.DurationVar(&c.StepBase, prefix+"step-base", d.StepBase, "decode step time at batch size 0 (simulated)")
 	c.StepPerSeq, c.PrefillPerToken = d.StepPerSeq, d.PrefillPerToken
 	fs.Var(zeroableDuration{&c.StepPerSeq}, prefix+"step-per-seq", "decode step time added per running sequence, a `duration` of simulated time; 0 for a flat --"+prefix+"step-base")
