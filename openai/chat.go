@@ -52,6 +52,12 @@ type ChatRequest struct {
 	// ReturnTokenIDs asks vLLM for the token ids of the prompt and the
 	// answer (Completion.PromptTokenIDs and TokenIDs).
 	ReturnTokenIDs bool
+	// N asks for N answers to the one prompt (parallel sampling), sent
+	// as n when above 1: the server reads the prompt once for all of
+	// them. vLLM samples answer k with Seed+k when Seed is set. Their
+	// answers are in Completion.Choices; a server that ignores n returns
+	// fewer, which the caller must check.
+	N int
 	// Priority is vLLM's request priority, sent as priority when not 0:
 	// under --scheduling-policy priority a lower value is served first
 	// and preempts higher ones; a server without that policy refuses any
@@ -107,7 +113,26 @@ type Completion struct {
 	// them (ReturnTokenIDs) and the server sent them; nil otherwise.
 	PromptTokenIDs []int
 	TokenIDs       []int
+	// Choices are, for a request with N above 1, its answers by index,
+	// as many as the server sent (a server that ignores n sends one):
+	// Choices[0] is the answer the fields above hold. Nil for a request
+	// of one answer.
+	Choices []Choice
 }
+
+// Choice is one of the answers of a request with N above 1.
+type Choice struct {
+	Reasoning, Content, FinishReason string
+	// CompletionTokens is the answer's own token count: from the
+	// server's running usage when it sends it per answer (vLLM does),
+	// otherwise the chunks that carried its text; for a non-streaming
+	// response, the length of TokenIDs when sent, otherwise 0.
+	CompletionTokens int
+	TokenIDs         []int
+}
+
+// MaxN bounds ChatRequest.N.
+const MaxN = 256
 
 // Progress is called by ChatStream from the goroutine reading the stream
 // each time new tokens arrive, with how many the chunk carried. It must
@@ -137,6 +162,7 @@ type chatBody struct {
 	ReasoningEffort    string          `json:"reasoning_effort,omitempty"`
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	ReturnTokenIDs     bool            `json:"return_token_ids,omitempty"`
+	N                  int             `json:"n,omitempty"`
 	Priority           int             `json:"priority,omitempty"`
 	Stream             bool            `json:"stream,omitempty"`
 	StreamOptions      *streamOptions  `json:"stream_options,omitempty"`
@@ -156,6 +182,9 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 	}
 	if req.MaxTokens < 0 {
 		return nil, fmt.Errorf("%w: negative max tokens %d", errInvalidRequest, req.MaxTokens)
+	}
+	if req.N < 0 || req.N > MaxN {
+		return nil, fmt.Errorf("%w: n %d is not between 1 and %d", errInvalidRequest, req.N, MaxN)
 	}
 	if err := checkObject("chat template kwargs", req.ChatTemplateKwargs); err != nil {
 		return nil, err
@@ -180,6 +209,9 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 		ChatTemplateKwargs: req.ChatTemplateKwargs,
 		ReturnTokenIDs:     req.ReturnTokenIDs,
 		Priority:           req.Priority,
+	}
+	if req.N > 1 {
+		body.N = req.N
 	}
 	if stream {
 		body.Stream = true
@@ -236,6 +268,7 @@ func mergeExtraBody(b []byte, extra json.RawMessage) ([]byte, error) {
 // whole; expiry of any is Transient. The end of ctx is Canceled.
 func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error) {
 	k := c.startChat(ctx)
+	k.n = req.N
 	defer k.finish()
 	body, err := req.encode(false)
 	if err != nil {
@@ -302,7 +335,33 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 	if r.Usage != nil {
 		comp.Usage = *r.Usage
 	}
+	if k.n > 1 {
+		if comp.Choices, err = wholeChoices(r.Choices); err != nil {
+			return nil, fmt.Errorf("%s: %w", k.where, err)
+		}
+	}
 	return comp, nil
+}
+
+// wholeChoices are the answers of a non-streaming response to a request
+// of several, by index: each index once, from 0 on without a gap.
+func wholeChoices(cs []wholeChoice) ([]Choice, error) {
+	out := make([]Choice, len(cs))
+	seen := make([]bool, len(cs))
+	for _, c := range cs {
+		if c.Index < 0 || c.Index >= len(cs) || seen[c.Index] {
+			return nil, fmt.Errorf("%w: choice index %d of %d choices", errMalformed, c.Index, len(cs))
+		}
+		if c.FinishReason == "" {
+			return nil, fmt.Errorf("%w: choice %d has no finish_reason", errMalformed, c.Index)
+		}
+		seen[c.Index] = true
+		var a answer
+		a.add(c.Message.Reasoning, c.Message.ReasoningContent, c.Message.Content)
+		r, t := a.split()
+		out[c.Index] = Choice{Reasoning: r, Content: t, FinishReason: c.FinishReason, CompletionTokens: len(c.TokenIDs), TokenIDs: c.TokenIDs}
+	}
+	return out, nil
 }
 
 // wholeResponse is a non-streaming chat completion, or an error object

@@ -153,6 +153,8 @@ type call struct {
 	end       context.CancelFunc // ends ctx; safe from any goroutine
 	dog       *watchdog          // first-token and idle timeouts; nil for probes
 	where     string             // e.g. "chat completion to <url>"
+	// n is the answers a chat completion asked for (ChatRequest.N).
+	n int
 }
 
 // startChat begins a chat completion under the client's time limits on

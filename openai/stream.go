@@ -32,6 +32,7 @@ import (
 // training data.
 func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
 	k := c.startChat(ctx)
+	k.n = req.N
 	defer k.finish()
 	body, err := req.encode(true)
 	if err != nil {
@@ -61,6 +62,9 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progr
 	complete := false
 	defer func() { k.release(resp.Body, complete) }()
 	s := &streamState{begin: begin, progress: progress, secrets: c.keys.secrets()}
+	if req.N > 1 {
+		s.more = make([]choiceState, req.N)
+	}
 	if err := k.readStream(resp.Body, s); err != nil {
 		return nil, err
 	}
@@ -92,6 +96,9 @@ func (k *call) readStream(body io.Reader, s *streamState) error {
 		}
 	}
 	s.latency = time.Since(s.begin)
+	if s.more != nil {
+		return s.checkChoices(k.where)
+	}
 	if s.finishReason == "" {
 		return fmt.Errorf("%s: %w after %d chunks (no finish_reason)", k.where, errStreamEnded, s.chunks)
 	}
@@ -118,6 +125,9 @@ type streamState struct {
 	// chunks; nil unless the server sent them.
 	promptTokenIDs []int
 	tokenIDs       []int
+	// more holds, for a request of several answers (N above 1), each
+	// answer by index; nil for one answer, which the fields above hold.
+	more []choiceState
 	// dec decodes the chunks.
 	dec chunkDecoder
 }
@@ -219,6 +229,10 @@ func (s *streamState) chunk(c *streamChunk) {
 	if s.promptTokenIDs == nil && c.PromptTokenIDs != nil {
 		s.promptTokenIDs = c.PromptTokenIDs
 	}
+	if s.more != nil {
+		s.chunkOfMany(c)
+		return
+	}
 	text := false
 	for i := range c.Choices {
 		ch := &c.Choices[i]
@@ -262,7 +276,7 @@ func (s *streamState) chunk(c *streamChunk) {
 // completion returns the assembled answer.
 func (s *streamState) completion() *Completion {
 	reasoning, content := s.answer.split()
-	return &Completion{
+	comp := &Completion{
 		ID:                s.id,
 		Model:             s.model,
 		Reasoning:         reasoning,
@@ -276,6 +290,10 @@ func (s *streamState) completion() *Completion {
 		PromptTokenIDs:    s.promptTokenIDs,
 		TokenIDs:          s.tokenIDs,
 	}
+	if s.more != nil {
+		s.fillChoices(comp)
+	}
+	return comp
 }
 
 // isJSON reports whether a Content-Type is JSON rather than an event

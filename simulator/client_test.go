@@ -103,3 +103,48 @@ func TestTokenIDsThroughClient(t *testing.T) {
 		t.Errorf("with stop %q: content %q, finish %q", req.Stop[0], stopped.Content, stopped.FinishReason)
 	}
 }
+
+// The n answers of one request reach aerie's client, streamed or not,
+// and answer k is the one a request of its own with seed + k gets.
+func TestSeveralAnswersThroughClient(t *testing.T) {
+	url := simtest.Serve(t, simulator.Config{Speed: 500, OutputMedian: 60, OutputSigma: 0.3})
+	c, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	temp, seed := 0.8, int64(40)
+	req := openai.ChatRequest{Messages: []openai.Message{{Role: "user", Content: "three answers"}}, Temperature: &temp, Seed: &seed, N: 3, ReturnTokenIDs: true}
+	streamed, err := c.ChatStream(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := c.Chat(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(streamed.Choices) != 3 || len(whole.Choices) != 3 {
+		t.Fatalf("%d answers streamed, %d whole; want 3", len(streamed.Choices), len(whole.Choices))
+	}
+	total := 0
+	for k := range 3 {
+		one := req
+		s := seed + int64(k)
+		one.Seed, one.N = &s, 0
+		alone, err := c.ChatStream(ctx, one, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, got := range map[string]openai.Choice{"streamed": streamed.Choices[k], "whole": whole.Choices[k]} {
+			if got.Reasoning != alone.Reasoning || got.Content != alone.Content || got.FinishReason != alone.FinishReason ||
+				got.CompletionTokens != alone.Usage.CompletionTokens || !slices.Equal(got.TokenIDs, alone.TokenIDs) {
+				t.Errorf("%s answer %d differs from the request with seed %d alone", name, k, s)
+			}
+		}
+		total += alone.Usage.CompletionTokens
+	}
+	if streamed.Usage.CompletionTokens != total || whole.Usage.CompletionTokens != total {
+		t.Errorf("usage %d streamed, %d whole; want %d", streamed.Usage.CompletionTokens, whole.Usage.CompletionTokens, total)
+	}
+}
