@@ -17,7 +17,7 @@ import (
 const completionMaxTokens = 8
 
 // completionPrompt is the test completion's question.
-const completionPrompt = "Reply with the single word OK."
+const completionPrompt = worker.CheckQuestion
 
 // checkHealth asks the backend's /health, which vLLM answers with 200
 // while its engine is alive.

@@ -209,8 +209,11 @@ func decodeStored(m *jetstream.RawStreamMsg, u schema.Unit) *schema.Prompt {
 }
 
 // keepInput gives a prompt read back from the stream the run of p, and
-// its input position when it has none.
+// its input position when it has none. It asks for p's sample alone: a
+// unit is requeued on its own, even when its prompt's samples were queued
+// in one message.
 func keepInput(q, p *schema.Prompt) *schema.Prompt {
+	q.Samples = 0
 	q.Run = p.Run
 	if q.Source == "" {
 		q.Source = p.Source

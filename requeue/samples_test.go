@@ -226,3 +226,70 @@ func TestReconcileSamples(t *testing.T) {
 		}
 	}
 }
+
+// The samples of a prompt queued in one message are queued, or in
+// flight, with it: reconcile leaves them to it. Once it is settled, a
+// sample without output is queued again on its own.
+func TestReconcileSamplesInOneMessage(t *testing.T) {
+	t.Parallel()
+	_, _, js := brokertest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	b := &bundle{t: t, ctx: ctx, js: js, run: "r"}
+	ps := []schema.Prompt{prompt("a"), prompt("b")}
+	for i := range ps {
+		ps[i].Samples = 3
+	}
+	brokertest.Queue(t, js, schema.Manifest{Run: "r", Samples: 3, SamplesPerMessage: 3, Prompts: 2}, ps)
+	cons, err := provision.WorkersConsumer(ctx, js, "r", provision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cons = cons
+	dir := t.TempDir()
+	var lines []any
+	for _, id := range []string{"a", "b"} {
+		lines = append(lines, map[string]any{"id": id, "messages": prompt(id).Messages})
+	}
+	f := &reconcileFixture{bundle: b, input: writeLines(t, dir, "in.jsonl", lines...)}
+	data := filepath.Join(dir, "data")
+	writeLines(t, data, "r/completions.jsonl", `{"id": "a", "sample": 1, "content": "answer"}`)
+
+	rep, err := Reconcile(ctx, js, f.config(data, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Units != 6 || rep.Completed != 1 || rep.Queued != 5 || rep.Requeued() != 0 {
+		t.Fatalf("queued messages of 3 samples: report %+v, want 5 units queued with them and none requeued", rep)
+	}
+
+	// a's message settled without two of its samples' output: those are
+	// queued again, each alone.
+	m := b.fetch(1)[0]
+	if p := b.promptOf(m); p.ID != "a" {
+		t.Fatalf("first delivery %s", p.ID)
+	}
+	b.ack(m)
+	b.settled(0)
+	rep, err = Reconcile(ctx, js, f.config(data, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RequeuedSettled != 2 || rep.Queued != 3 {
+		t.Fatalf("after a's message settled: report %+v, want 2 requeued and b's 3 still queued", rep)
+	}
+	var again []int
+	for _, m := range b.fetch(3) {
+		p := b.promptOf(m)
+		switch {
+		case p.ID == "b" && p.SampleCount() == 3:
+		case p.ID == "a" && p.SampleCount() == 1:
+			again = append(again, p.Sample)
+		default:
+			t.Errorf("delivered %s sample %d asking for %d samples", p.ID, p.Sample, p.SampleCount())
+		}
+	}
+	if !reflect.DeepEqual(again, []int{0, 2}) {
+		t.Errorf("requeued a's samples %v, want 0 and 2 each alone", again)
+	}
+}

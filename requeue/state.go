@@ -87,8 +87,32 @@ func (r *Requeuer) PromptState(ctx context.Context, u schema.Unit, workers *jets
 // when Missing.
 func (r *Requeuer) promptState(ctx context.Context, u schema.Unit, workers *jetstream.ConsumerInfo) (State, *jetstream.RawStreamMsg, error) {
 	m, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, u))
-	if err != nil || m == nil {
+	if err != nil {
 		return Missing, nil, err
 	}
+	if m == nil && u.Sample > 0 {
+		// A prompt's samples queued in one message (schema.Prompt.Samples)
+		// are on the first sample's subject.
+		first, err := r.last(ctx, r.prompts, schema.PromptSubject(r.run, schema.Unit{ID: u.ID}))
+		if err != nil {
+			return Missing, nil, err
+		}
+		if first != nil && coversSample(first, u.Sample) {
+			return Classify(first.Sequence, workers), first, nil
+		}
+	}
+	if m == nil {
+		return Missing, nil, nil
+	}
 	return Classify(m.Sequence, workers), m, nil
+}
+
+// coversSample reports whether m is a prompt message whose samples
+// include sample k.
+func coversSample(m *jetstream.RawStreamMsg, k int) bool {
+	if schema.CheckSchemaHeader(schema.KindPrompt, m.Header.Get(schema.HeaderSchema)) != nil {
+		return false
+	}
+	p, err := schema.DecodePrompt(m.Data)
+	return err == nil && k >= p.Sample && k < p.Sample+p.SampleCount()
 }

@@ -52,6 +52,12 @@ type Prompt struct {
 	// for, from 0. Each sample is queued, answered, failed and replayed on
 	// its own (see Unit).
 	Sample int `msgpack:"sample,omitempty"`
+	// Samples, when above 1, makes the message ask for that many samples
+	// from Sample on, in one request (vLLM's n: the prompt is read once
+	// for all of them). Each sample is still answered, failed and
+	// replayed on its own, as its own unit (see Units); a replay queues
+	// one sample alone. Zero or 1: the message is the one sample.
+	Samples int `msgpack:"samples,omitempty"`
 	// Params, when not nil, are the input line's own parameters: they
 	// override the run's for this prompt (see Params.Override).
 	Params *Params `msgpack:"params,omitempty"`
@@ -63,8 +69,20 @@ type Prompt struct {
 	LengthHint int `msgpack:"length_hint,omitempty"`
 }
 
-// Unit is the prompt's unit of work: its id and sample.
+// Unit is the prompt's unit of work: its id and sample; for a message of
+// several samples, the first.
 func (p *Prompt) Unit() Unit { return Unit{ID: p.ID, Sample: p.Sample} }
+
+// SampleCount is how many samples the message asks for: Samples, or 1.
+func (p *Prompt) SampleCount() int { return max(p.Samples, 1) }
+
+// Sampled returns the prompt of sample Sample+k alone: a copy of p
+// asking for that one sample.
+func (p *Prompt) Sampled(k int) *Prompt {
+	q := *p
+	q.Sample, q.Samples = p.Sample+k, 0
+	return &q
+}
 
 // Result is a prompt's answer as a worker received it. It repeats the
 // prompt's messages so that the aggregator writes a complete training
@@ -280,6 +298,13 @@ type Manifest struct {
 	// Samples is how many independent answers each prompt gets; zero
 	// means one.
 	Samples int `json:"samples,omitempty"`
+	// SamplesPerMessage is how many samples each prompt message asks for
+	// (Prompt.Samples): Samples when a prompt's samples are answered in
+	// one request (vLLM's n), which `aerie produce` does with --turns
+	// last; zero or 1 when each sample is a message of its own (--turns
+	// all, and runs produced before it existed, which a resumed produce
+	// goes on queuing that way).
+	SamplesPerMessage int `json:"samples_per_message,omitempty"`
 	// ReturnTokenIDs asks the backend (vLLM's return_token_ids) for the
 	// token ids of every prompt and answer, stored with each turn.
 	ReturnTokenIDs bool `json:"return_token_ids,omitempty"`
@@ -328,6 +353,9 @@ func (m *Manifest) TurnsMode() string {
 	}
 	return m.Turns
 }
+
+// PerMessage is SamplesPerMessage or its default, 1.
+func (m *Manifest) PerMessage() int { return max(m.SamplesPerMessage, 1) }
 
 // SampleCount is Samples or its default, 1.
 func (m *Manifest) SampleCount() int { return max(m.Samples, 1) }

@@ -162,7 +162,7 @@ func (w *Worker) hedgeable(l *lane, now time.Time) []schema.Flight {
 	var out []sent
 	w.inFlight.Range(func(_, v any) bool {
 		f := v.(*flight)
-		if f.lane != l || f.hedge {
+		if f.lane != l || f.hedge || f.group {
 			return true
 		}
 		f.mu.Lock()
@@ -250,7 +250,7 @@ func (w *Worker) runHedge(ctx context.Context, l *lane, f peerFlight) {
 		return
 	}
 	j := newJob(l, p)
-	if j.all {
+	if j.all || p.SampleCount() > 1 {
 		return
 	}
 	if res, err := lastStored(ctx, w.results, schema.ResultSubject(l.run, p.Unit())); err != nil || res != nil {

@@ -194,6 +194,33 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 		w.metrics.settled(d.lane.run, completedOutcome(j))
 	case hedgedAway:
 		w.settleHedgedAway(ctx, d, j, log)
+	case retry, outage, handBack, slowBack, tailBack, later:
+		w.giveBack(ctx, d, what, delay, err, log)
+	case deadLetter:
+		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
+		if derr := w.publishDeadLetter(ctx, d, j, reason, err); derr != nil {
+			if errors.Is(derr, errSuperseded) {
+				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
+				w.metrics.settled(d.lane.run, OutcomeTransient)
+				d.nak(w.cfg.OutageRetry, log)
+				return
+			}
+			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
+			w.metrics.settled(d.lane.run, OutcomeTransient)
+			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
+			return
+		}
+		d.term(reason, log)
+		d.lane.n.deadLettered.Add(1)
+		w.metrics.settled(d.lane.run, deadLetterOutcome(reason))
+	}
+}
+
+// giveBack hands the prompt of d back to be delivered again, as outcome
+// what (retry, outage, handBack, slowBack, tailBack or later) says, after
+// delay for a retry; err is what ended the attempt.
+func (w *Worker) giveBack(ctx context.Context, d *delivery, what outcome, delay time.Duration, err error, log *slog.Logger) {
+	switch what {
 	case retry:
 		d.lane.n.retried.Add(1)
 		w.metrics.settled(d.lane.run, OutcomeTransient)
@@ -224,23 +251,6 @@ func (w *Worker) settle(ctx context.Context, d *delivery, j *job, err error) {
 		log.Error("cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later", "err", err)
 		w.metrics.settled(d.lane.run, OutcomeTransient)
 		d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
-	case deadLetter:
-		log.Warn("dead-lettering prompt", "reason", reason, "err", err)
-		if derr := w.publishDeadLetter(ctx, d, j, reason, err); derr != nil {
-			if errors.Is(derr, errSuperseded) {
-				log.Info("dead letter not stored yet: "+derr.Error(), "retry_in", w.cfg.OutageRetry)
-				w.metrics.settled(d.lane.run, OutcomeTransient)
-				d.nak(w.cfg.OutageRetry, log)
-				return
-			}
-			log.Error("cannot store dead letter; prompt will be retried", "err", derr)
-			w.metrics.settled(d.lane.run, OutcomeTransient)
-			d.nak(retryDelay(d.attempt, w.cfg.RetryBase, w.cfg.RetryMax), log)
-			return
-		}
-		d.term(reason, log)
-		d.lane.n.deadLettered.Add(1)
-		w.metrics.settled(d.lane.run, deadLetterOutcome(reason))
 	}
 }
 

@@ -32,6 +32,10 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 		w.settle(ctx, d, nil, poison(err))
 		return
 	}
+	if p.SampleCount() > 1 && ln.manifest.TurnsMode() != schema.TurnsAll {
+		w.processSamples(ctx, d, p, l, generated)
+		return
+	}
 	j := newJob(ln, p)
 	defer func() { ln.n.interimTurns.Add(-int64(j.stored)) }()
 	if d.attempt > 1 {
@@ -151,6 +155,11 @@ func (w *Worker) askTurn(ctx context.Context, j *job, i int, msgs []openai.Messa
 	if err != nil {
 		return nil, err
 	}
+	return w.turnOf(j, i, a), nil
+}
+
+// turnOf is turn i of j, answered a, as it is stored.
+func (w *Worker) turnOf(j *job, i int, a *answer) *schema.Turn {
 	j.lane.n.turns.Add(1)
 	if a.Model != "" {
 		j.model = a.Model
@@ -166,7 +175,7 @@ func (w *Worker) askTurn(ctx context.Context, j *job, i int, msgs []openai.Messa
 		TTFTMillis: a.TTFT.Milliseconds(), LatencyMs: a.Latency.Milliseconds(),
 		FinishedAt: time.Now().UTC(),
 		Simulated:  a.SystemFingerprint == schema.SimulatedFingerprint,
-	}, nil
+	}
 }
 
 // answer is a completion and the max_tokens it was generated with.

@@ -95,6 +95,8 @@ func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, j *job, rea
 	}
 	token := schema.PromptToken(d.msg.Subject())
 	if j != nil {
+		// The unit's own: a message of several samples has the first's.
+		token = j.p.Unit().Token()
 		dl.ID, dl.Messages, dl.Sample, dl.Params, dl.Turn = j.p.ID, j.p.Messages, j.p.Sample, j.p.Params, j.failed
 	} else {
 		// An undecodable prompt: keep what identifies it, and the subject

@@ -90,6 +90,10 @@ type Worker struct {
 	// hedging counts the hedges running, which Run waits for as it does
 	// for the deliveries.
 	hedging sync.WaitGroup
+	// nSupport says whether the backend answers several samples in one
+	// request (samples.go), found out under nMu.
+	nSupport atomic.Int32
+	nMu      sync.Mutex
 	// hedgeRoot is what hedges run under (see hedgeCtx), under hedgeMu.
 	hedgeMu   sync.Mutex
 	hedgeRoot context.Context
@@ -113,9 +117,12 @@ type flight struct {
 	// seq and unit are the prompt message's stream sequence and unit,
 	// which heartbeats list for hedging (hedge.go); hedge marks a hedge,
 	// a second copy of another worker's request, never itself hedged.
-	seq    uint64
-	unit   schema.Unit
-	hedge  bool
+	seq   uint64
+	unit  schema.Unit
+	hedge bool
+	// group marks a request of a message of several samples
+	// (samples.go): never hedged.
+	group  bool
 	mu     sync.Mutex
 	sent   time.Time
 	cancel context.CancelCauseFunc

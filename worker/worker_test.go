@@ -61,6 +61,12 @@ func (b *bundle) startClient(t *testing.T, cfg worker.Config, oc openai.Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b.startBackend(t, cfg, client)
+}
+
+// startBackend is start with backend given.
+func (b *bundle) startBackend(t *testing.T, cfg worker.Config, backend worker.Backend) (w *worker.Worker, stop func()) {
+	t.Helper()
 	if len(cfg.Runs) == 0 && !cfg.AllRuns {
 		cfg.Run = b.run
 	}
@@ -73,7 +79,7 @@ func (b *bundle) startClient(t *testing.T, cfg worker.Config, oc openai.Config) 
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = 50 * time.Millisecond
 	}
-	w, err = worker.New(cfg, b.js, client)
+	w, err := worker.New(cfg, b.js, backend)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,181 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
+	"github.com/aerie-dev/aerie/worker"
+)
+
+// samplesRun is a run of n prompts, each one message of four samples,
+// with a seed.
+func samplesRun(t *testing.T, n int, opts provision.Options) (*bundle, schema.Manifest) {
+	t.Helper()
+	const samples = 4
+	m := schema.Manifest{Run: "samples", Samples: samples, SamplesPerMessage: samples, Total: n * samples,
+		Params: schema.Params{Seed: ptr(int64(10)), Temperature: ptr(0.8)}}
+	var prompts []schema.Prompt
+	for i := range n {
+		prompts = append(prompts, schema.Prompt{ID: fmt.Sprintf("p%d", i), Samples: samples,
+			Messages: []schema.Message{{Role: "user", Content: strings.Repeat(fmt.Sprintf("question %d ", i), 30)}}})
+	}
+	return setupUnits(t, m, prompts, opts), m
+}
+
+// countingBackend counts the requests sent through it.
+type countingBackend struct {
+	worker.Backend
+	requests atomic.Int64
+}
+
+func (c *countingBackend) ChatStream(ctx context.Context, req openai.ChatRequest, progress openai.Progress) (*openai.Completion, error) {
+	c.requests.Add(1)
+	return c.Backend.ChatStream(ctx, req, progress)
+}
+
+// scrapeMetric reads one counter of a simulator's /metrics.
+func scrapeMetric(t testing.TB, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
+}
+
+// A message of four samples is answered in one request (n): every
+// sample gets its own result, sample k the answer a request of its own
+// with the seed plus k gets, and the server reads each prompt once.
+func TestSamplesInOneRequest(t *testing.T) {
+	const n = 5
+	b, m := samplesRun(t, n, provision.Options{})
+	url := simtest.Serve(t, simulator.Config{Model: "test-model", Speed: 200, OutputMedian: 30, OutputSigma: 0.3})
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingBackend{Backend: client}
+	w, _ := b.startBackend(t, worker.Config{Window: 8}, counted)
+	b.waitSettled(t, 30*time.Second)
+	waitCounted(t, n*4, w)
+	res := b.unitResults(t)
+	if len(res) != n*4 {
+		t.Fatalf("%d results, want %d", len(res), n*4)
+	}
+	// One request a prompt, and the one that asked whether n is served.
+	if got := counted.requests.Load(); got != n+1 {
+		t.Errorf("%d requests, want one a prompt and the test of n: %d", got, n+1)
+	}
+	for k := range 4 {
+		r := res[schema.Unit{ID: "p0", Sample: k}.Key()]
+		if r == nil || r.Params.Seed == nil || *r.Params.Seed != 10+int64(k) {
+			t.Fatalf("sample %d: %+v", k, r)
+		}
+		seed := *r.Params.Seed
+		alone, err := client.ChatStream(context.Background(), worker.Request(&m,
+			[]openai.Message{{Role: "user", Content: r.Messages[0].Content}}, schema.Params{Seed: &seed, Temperature: m.Params.Temperature}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Content != alone.Content || r.Reasoning != alone.Reasoning || r.CompletionTokens != alone.Usage.CompletionTokens {
+			t.Errorf("sample %d differs from the answer of a request with seed %d alone", k, seed)
+		}
+	}
+	// Each prompt read once, the other three samples of it found in the
+	// prefix cache; the test request for n and the four checks above
+	// read theirs too.
+	queries := scrapeMetric(t, url, "vllm:prefix_cache_queries_total")
+	hits := scrapeMetric(t, url, "vllm:prefix_cache_hits_total")
+	if prefilled := queries - hits; prefilled > queries/4+200 {
+		t.Errorf("prompt tokens prefilled %v of %v looked up: more than once per prompt", prefilled, queries)
+	}
+	if s := w.Stats(); s.Completed != n*4 {
+		t.Errorf("completed %d, want %d", s.Completed, n*4)
+	}
+}
+
+// A backend that ignores n is asked for each sample on its own, by the
+// same worker, and every sample still gets one result.
+func TestSamplesFallBackToOneRequestEach(t *testing.T) {
+	const n = 3
+	b, _ := samplesRun(t, n, provision.Options{})
+	llm, url := newFakeLLM(t, &fakeLLM{})
+	w, _ := b.start(t, worker.Config{Window: 4}, url)
+	b.waitSettled(t, 30*time.Second)
+	waitCounted(t, n*4, w)
+	if res := b.unitResults(t); len(res) != n*4 {
+		t.Fatalf("%d results, want %d", len(res), n*4)
+	}
+	for i := range n {
+		prompt := strings.Repeat(fmt.Sprintf("question %d ", i), 30)
+		if got := llm.count(prompt); got != 4 {
+			t.Errorf("prompt %d asked %d times, want once per sample", i, got)
+		}
+	}
+}
+
+// A redelivered message asks only for the samples without a stored
+// outcome: an answer stored by the delivery that died is kept, and no
+// sample is written twice.
+func TestSamplesRedeliveryAsksOnlyForTheRest(t *testing.T) {
+	b, _ := samplesRun(t, 1, provision.Options{AckWait: 300 * time.Millisecond})
+	msg, meta := b.takeFirstDelivery(t)
+	if meta.NumDelivered != 1 {
+		t.Fatalf("delivery %d", meta.NumDelivered)
+	}
+	p, err := schema.DecodePrompt(msg.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the first delivery stored before its worker died: samples 1
+	// and 2.
+	for _, k := range []int{1, 2} {
+		data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: k, Messages: p.Messages, Content: "from before", FinishReason: "stop", Worker: "dead"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.js.Publish(context.Background(), schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: k}), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	llm, url := newFakeLLM(t, &fakeLLM{})
+	w, _ := b.start(t, worker.Config{Window: 2}, url)
+	b.waitSettled(t, 60*time.Second)
+	waitCounted(t, 2, w)
+	res := b.unitResults(t)
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4", len(res))
+	}
+	for _, k := range []int{1, 2} {
+		if r := res[schema.Unit{ID: p.ID, Sample: k}.Key()]; r.Content != "from before" {
+			t.Errorf("sample %d was answered again", k)
+		}
+	}
+	if got := llm.count(p.Messages[0].Content); got != 2 {
+		t.Errorf("%d requests for the prompt, want 2: samples 0 and 3", got)
+	}
+}
