@@ -139,7 +139,9 @@ eta-study:
 # answers (mean 100 tokens) on the same servers in input order and
 # longest first by noisy hints, each with --hedge off and auto, and by
 # exact length hints (BenchmarkLongestFirst, at real speed: faster, a
-# 2-core machine cannot keep up with their answers).
+# 2-core machine cannot keep up with their answers); and the prompt
+# tokens prefilled for 4 samples a prompt, in one request and as separate
+# ones, against one sample (BenchmarkSamplesPrefill).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
@@ -151,6 +153,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkPriority|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
 	AERIE_MAKESPAN_SPEED=1 $(GO) test -run '^$$' -bench '^BenchmarkLongestFirst$$' -benchtime 1x -timeout 30m ./worker/
+	$(GO) test -run '^$$' -bench '^BenchmarkSamplesPrefill$$' -benchtime $(BENCHN)x -timeout 10m ./worker/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

@@ -70,6 +70,8 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	if cfg.turnsAll() {
 		m.Turns = schema.TurnsAll
 		m.ContextReasoning = contextReasoning(cfg.ContextReasoning)
+	} else if cfg.samples() > 1 {
+		m.SamplesPerMessage = cfg.samples()
 	}
 	b, err := schema.EncodeManifest(m)
 	if err != nil {

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/logtest"
-	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -212,8 +212,9 @@ func TestOldManifestResumes(t *testing.T) {
 	}
 }
 
-// With samples every prompt is queued once per sample, each its own
-// unit; producing again publishes nothing.
+// With samples, every prompt is queued once, its samples in one message
+// (answered in one request), each still its own unit; producing again
+// publishes nothing.
 func TestSamplesPublishEveryUnitOnce(t *testing.T) {
 	e := setup(t)
 	const n, samples = 20, 3
@@ -234,11 +235,11 @@ func TestSamplesPublishEveryUnitOnce(t *testing.T) {
 	if !strings.Contains(progress.String(), fmt.Sprintf("%d/%d samples queued", n*samples, n*samples)) {
 		t.Errorf("progress:\n%s", progress)
 	}
-	if got := storedPrompts(t, e.js); got != n*samples {
-		t.Fatalf("stream holds %d messages, want %d", got, n*samples)
+	if got := storedPrompts(t, e.js); got != n {
+		t.Fatalf("stream holds %d messages, want %d", got, n)
 	}
 	units := map[string]bool{}
-	for _, m := range fetchPrompts(t, e.js, cfg.Run, n*samples) {
+	for _, m := range fetchPrompts(t, e.js, cfg.Run, n) {
 		p, err := schema.DecodePrompt(m.Data())
 		if err != nil {
 			t.Fatal(err)
@@ -248,23 +249,21 @@ func TestSamplesPublishEveryUnitOnce(t *testing.T) {
 		if m.Subject() != schema.PromptSubject(cfg.Run, u) || h.Get(schema.HeaderMsgID) != schema.MsgID(cfg.Run, u) || h.Get(schema.HeaderPromptID) != p.ID {
 			t.Fatalf("unit %+v on %s with headers %v", u, m.Subject(), h)
 		}
-		wantSample := ""
-		if u.Sample > 0 {
-			wantSample = strconv.Itoa(u.Sample)
-		}
-		if h.Get(schema.HeaderSample) != wantSample || u.Sample < 0 || u.Sample >= samples {
-			t.Fatalf("unit %+v: sample header %q", u, h.Get(schema.HeaderSample))
+		if u.Sample != 0 || p.Samples != samples || h.Get(schema.HeaderSample) != "" {
+			t.Fatalf("message of %+v asks for %d samples, sample header %q: want samples 0 to %d", u, p.Samples, h.Get(schema.HeaderSample), samples-1)
 		}
 		if (p.ID == "p-00004") != (p.Params != nil) || (p.Params != nil && *p.Params.Seed != 40) {
 			t.Fatalf("unit %+v params %+v", u, p.Params)
 		}
-		units[u.Key()] = true
+		for k := range p.SampleCount() {
+			units[p.Sampled(k).Unit().Key()] = true
+		}
 	}
 	if len(units) != n*samples {
 		t.Fatalf("%d distinct units, want %d", len(units), n*samples)
 	}
 	m := storedManifest(t, e.js, cfg.Run)
-	if m.Samples != samples || m.Prompts != n || m.Total != n*samples || m.TotalTurns != n*samples || m.Params.Seed == nil || *m.Params.Seed != 1 {
+	if m.Samples != samples || m.SamplesPerMessage != samples || m.Prompts != n || m.Total != n*samples || m.TotalTurns != n*samples || m.Params.Seed == nil || *m.Params.Seed != 1 {
 		t.Fatalf("manifest %+v", m)
 	}
 
@@ -272,53 +271,144 @@ func TestSamplesPublishEveryUnitOnce(t *testing.T) {
 	if err != nil || again.Published != 0 || again.AlreadyQueued != n*samples {
 		t.Fatalf("again: %+v, %v", again, err)
 	}
-	if got := storedPrompts(t, e.js); got != n*samples {
-		t.Fatalf("stream holds %d messages after producing again, want %d", got, n*samples)
+	if got := storedPrompts(t, e.js); got != n {
+		t.Fatalf("stream holds %d messages after producing again, want %d", got, n)
 	}
 }
 
-// An interrupted produce with samples resumes: the units missing are
-// published, whichever sample they are.
+// An interrupted produce with samples resumes: the prompts missing are
+// published with all their samples.
 func TestSamplesResume(t *testing.T) {
-	e := setup(t)
 	const n, samples = 10, 3
-	lines := promptLines(0, n)
-	cfg := e.config(e.file(t, "a.jsonl", lines))
+	e, _ := interruptedSamples(t, samples, func(i, k int) bool { return i < 5 && i%2 == 0 && k == 0 })
+	if got := len(queuedUnits(t, e.js, "r1", n)); got != n*samples {
+		t.Fatalf("%d units queued, want %d", got, n*samples)
+	}
+}
+
+// A run produced when each sample was a message of its own goes on that
+// way when produced again: the samples missing are published alone,
+// whichever they are.
+func TestSamplesResumeOneMessageEach(t *testing.T) {
+	const n, samples = 10, 3
+	e, _ := interruptedSamples(t, 1, func(i, k int) bool { return i < 5 && (i+k)%2 == 1 })
+	if got := storedPromptsOf(t, e.js, "r1"); got != n*samples {
+		t.Fatalf("run r1 has %d prompt messages, want one per sample, %d", got, n*samples)
+	}
+}
+
+// interruptedSamples leaves run r1 of 10 prompts of 3 samples as an
+// interrupted produce of perMessage samples a message left it (the
+// prompt of line i and sample k queued where pick says so), produces it
+// again, checks that what was missing, and only that, was published, and
+// returns the environment and the configuration.
+func interruptedSamples(t *testing.T, perMessage int, pick func(i, k int) bool) (*testEnv, Config) {
+	t.Helper()
+	const n, samples = 10, 3
+	e := setup(t)
+	cfg := e.config(e.file(t, "a.jsonl", promptLines(0, n)))
 	cfg.Samples = samples
 	ctx := ctxFor(t)
-	if err := provision.Streams(ctx, e.js, provision.Options{}); err != nil {
+	cfg.Run = "ref"
+	if _, err := Run(ctx, e.js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	// What an interrupted produce left: some samples of some prompts.
+	cfg.Run = "r1"
+	putManifest(t, e.js, storedManifest(t, e.js, "ref"), "r1", perMessage)
+	published := publishSamples(t, e.js, cfg, pick, perMessage)
+	rep, err := Run(ctx, e.js, cfg)
+	if err != nil || rep.Published != n*samples-published || rep.AlreadyQueued != published {
+		t.Fatalf("%+v, %v; want %d already queued", rep, err, published)
+	}
+	return e, cfg
+}
+
+// putManifest stores ref's manifest as run's, with perMessage samples in
+// each prompt message.
+func putManifest(t *testing.T, js jetstream.JetStream, ref *schema.Manifest, run string, perMessage int) {
+	t.Helper()
+	m := *ref
+	m.Run, m.SamplesPerMessage = run, perMessage
+	b, err := schema.EncodeManifest(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctxFor(t), schema.RunsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctxFor(t), run, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publishSamples publishes, for the prompt of line i and its sample k
+// where pick says so, a message of perMessage samples from k, as an
+// interrupted produce would have, and returns how many samples that is.
+func publishSamples(t *testing.T, js jetstream.JetStream, cfg Config, pick func(i, k int) bool, perMessage int) int {
+	t.Helper()
+	ctx := ctxFor(t)
+	lines := promptLines(0, 10)
 	published := 0
-	for i, line := range lines[:5] {
+	for i, line := range lines {
 		l, err := dataset.ParseLineWith([]byte(line), dataset.ParseOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := linePrompt(cfg.Run, fmt.Sprintf("a.jsonl:%d", i+1), l)
-		for k := range samples {
-			if (i+k)%2 == 0 {
+		for k := 0; k < cfg.samples(); k += perMessage {
+			if !pick(i, k) {
 				continue
 			}
 			p.Sample = k
+			if perMessage > 1 {
+				p.Samples = perMessage
+			}
 			m, err := promptMessage(p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.js.PublishMsg(ctx, m); err != nil {
+			if _, err := js.PublishMsg(ctx, m); err != nil {
 				t.Fatal(err)
 			}
-			published++
+			published += perMessage
 		}
 	}
-	rep, err := Run(ctx, e.js, cfg)
-	if err != nil || rep.Published != n*samples-published || rep.AlreadyQueued != published {
-		t.Fatalf("%+v, %v; want %d already queued", rep, err, published)
+	return published
+}
+
+// queuedUnits returns the units of run's n prompt messages.
+func queuedUnits(t *testing.T, js jetstream.JetStream, run string, n int) map[string]bool {
+	t.Helper()
+	units := map[string]bool{}
+	for _, m := range fetchPrompts(t, js, run, n) {
+		p, err := schema.DecodePrompt(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range p.SampleCount() {
+			units[p.Sampled(k).Unit().Key()] = true
+		}
 	}
-	if got := storedPrompts(t, e.js); got != n*samples {
-		t.Fatalf("stream holds %d messages, want %d", got, n*samples)
+	return units
+}
+
+// storedPromptsOf counts run's prompt messages.
+func storedPromptsOf(t *testing.T, js jetstream.JetStream, run string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctxFor(t), schema.PromptsStream)
+	if err != nil {
+		t.Fatal(err)
 	}
+	info, err := s.Info(ctxFor(t), jetstream.WithSubjectFilter(schema.RunFilter(schema.PromptsRoot, run)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }
 
 // With samples, a file with other prompts is refused naming the ids that

@@ -107,7 +107,7 @@ func publishLongestFirst(ctx context.Context, cfg Config, sc *scan, rd *dataset.
 		if err != nil {
 			return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, sc.unit, r.line, err)
 		}
-		if err := ch.add(ctx, &entry{line: int(r.line), id: p.ID, sample: p.Sample, msg: msg, hint: p.LengthHint}); err != nil {
+		if err := ch.add(ctx, &entry{line: int(r.line), id: p.ID, sample: p.Sample, units: p.SampleCount(), msg: msg, hint: p.LengthHint}); err != nil {
 			return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
 				cfg.Run, sc.unit, r.line, cfg.PromptsFile, err)
 		}

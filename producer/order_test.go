@@ -9,8 +9,8 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// queuedOrder returns the ids and samples of run's prompt messages in
-// stream order, as "id/sample".
+// queuedOrder returns the ids and samples of run's n prompt messages in
+// stream order, as "id/sample", each sample of a message of several.
 func queuedOrder(t *testing.T, e *testEnv, run string, n int) []string {
 	t.Helper()
 	var out []string
@@ -19,7 +19,9 @@ func queuedOrder(t *testing.T, e *testEnv, run string, n int) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprintf("%s/%d", p.ID, p.Sample))
+		for k := range p.SampleCount() {
+			out = append(out, fmt.Sprintf("%s/%d", p.ID, p.Sample+k))
+		}
 	}
 	return out
 }
@@ -49,7 +51,7 @@ func TestLongestFirst(t *testing.T) {
 	if rep.Order != OrderLongestFirst || rep.Hinted != 4 {
 		t.Fatalf("order %q with %d hinted, want %s and 4", rep.Order, rep.Hinted, OrderLongestFirst)
 	}
-	got := queuedOrder(t, e, "r1", 12)
+	got := queuedOrder(t, e, "r1", 6)
 	want := []string{"c/0", "c/1", "e/0", "e/1", "a/0", "a/1", "d/0", "d/1", "b/0", "b/1", "f/0", "f/1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("queued %v, want %v", got, want)
@@ -65,7 +67,7 @@ func TestLongestFirst(t *testing.T) {
 	if rep2.PromptsDigest != rep.PromptsDigest {
 		t.Errorf("digest %s in the file's order, %s longest first", rep2.PromptsDigest, rep.PromptsDigest)
 	}
-	if got := queuedOrder(t, e, "r2", 12); got[0] != "a/0" || got[2] != "b/0" {
+	if got := queuedOrder(t, e, "r2", 6); got[0] != "a/0" || got[2] != "b/0" {
 		t.Errorf("--order input queued %v, want the file's order", got)
 	}
 
@@ -82,7 +84,7 @@ func TestLongestFirst(t *testing.T) {
 		}
 	}
 	hints := map[string]int{}
-	for _, m := range fetchPrompts(t, e.js, "r1", 12) {
+	for _, m := range fetchPrompts(t, e.js, "r1", 6) {
 		p, _ := schema.DecodePrompt(m.Data())
 		hints[p.ID] = p.LengthHint
 	}

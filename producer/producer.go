@@ -120,6 +120,9 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 	if cfg.Accepted != nil {
 		cfg.Accepted(manifest)
 	}
+	// The run's own format: a run produced before samples went in one
+	// message goes on with one message per sample.
+	sc.perMessage = manifest.PerMessage()
 
 	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Units), promptsLine, unitNoun(cfg.samples()))
 	pub := newPublisher(js, cfg, stream, limit, m)
@@ -238,13 +241,21 @@ func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, add fun
 			// What is published must be what the manifest's digest covers.
 			return changedError(cfg, fmt.Sprintf("the prompt %q on %s %d is not the one validated", dataset.Truncate(l.ID, 60), unit, n))
 		}
-		for k := range cfg.samples() {
+		// With --turns last, the samples of a prompt go in one message,
+		// answered in one request (n); a conversation's samples each go
+		// in their own, as their turns are generated one by one (see
+		// Manifest.SamplesPerMessage).
+		perMessage := max(sc.perMessage, 1)
+		if perMessage > 1 {
+			p.Samples = perMessage
+		}
+		for k := 0; k < cfg.samples(); k += perMessage {
 			p.Sample = k
 			msg, err := promptMessage(p)
 			if err != nil {
 				return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, unit, n, err)
 			}
-			if err := add(ctx, &entry{line: n, id: l.ID, sample: k, msg: msg, hint: l.LengthHint}); err != nil {
+			if err := add(ctx, &entry{line: n, id: l.ID, sample: k, units: perMessage, msg: msg, hint: l.LengthHint}); err != nil {
 				return fmt.Errorf("produce run %s: stopped at %s %d of %s: %w; the prompts queued so far stay queued, produce again to publish the rest",
 					cfg.Run, unit, n, cfg.PromptsFile, err)
 			}

@@ -89,18 +89,18 @@ func (m *meter) set(n int64) {
 	}
 }
 
-// queued records one prompt queued; already says it had been queued by an
-// earlier produce.
-func (m *meter) queued(already bool) {
+// queued records a prompt message of units samples queued; already
+// says it had been queued by an earlier produce.
+func (m *meter) queued(already bool, units int) {
 	if m == nil {
 		return
 	}
-	m.done.Add(1)
+	m.done.Add(int64(units))
 	if already {
-		m.already.Add(1)
+		m.already.Add(int64(units))
 	}
 	if m.bar != nil {
-		_ = m.bar.Add64(1)
+		_ = m.bar.Add64(int64(units))
 	}
 }
 

@@ -168,7 +168,7 @@ func promptsConflict(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 		StoredDigest: stored.PromptsDigest, Digest: sc.report.PromptsDigest,
 		Samples: cfg.samples(),
 	}
-	e.ListErr = listDifferences(ctx, js, cfg, sc, e)
+	e.ListErr = listDifferences(ctx, js, cfg, sc, stored, e)
 	return e
 }
 
@@ -185,7 +185,7 @@ func promptsConflict(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 //   - a reading of the file, in order, stopping as soon as the first ids
 //     not queued are named and the content comparison is done,
 //   - and one read-back per prompt compared, at most maxCompared.
-func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc *scan, e *PromptsConflictError) error {
+func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc *scan, stored *schema.Manifest, e *PromptsConflictError) error {
 	stream, err := js.Stream(ctx, schema.PromptsStream)
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", schema.PromptsStream, err)
@@ -208,7 +208,9 @@ func listDifferences(ctx context.Context, js jetstream.JetStream, cfg Config, sc
 			return err
 		}
 	}
-	e.NotInFileCount = len(absent)
+	// A message of several samples (Manifest.SamplesPerMessage) counts
+	// as that many.
+	e.NotInFileCount = len(absent) * stored.PerMessage()
 	e.NotQueuedCount = sc.report.Valid - e.Common
 	subjects := slices.Sorted(maps.Keys(absent))
 	for _, subject := range subjects[:min(len(subjects), shownIDs)] {

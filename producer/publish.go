@@ -44,8 +44,8 @@ type entry struct {
 	line int
 	id   string
 	// sample is the prompt's sample this message queues (0 without
-	// samples).
-	sample int
+	// samples), the first of units samples (see schema.Prompt.Samples).
+	sample, units int
 	// hint is the prompt's length hint, which orders the queue.
 	hint     int
 	msg      *nats.Msg
@@ -452,18 +452,21 @@ func (p *publisher) storedByThisProduce(e *entry, ack *jetstream.PubAck) bool {
 func (p *publisher) succeed(e *entry, already bool) {
 	p.mu.Lock()
 	if already {
-		p.already++
+		p.already += e.count()
 	} else {
-		p.published++
+		p.published += e.count()
 	}
 	p.mu.Unlock()
-	p.meter.queued(already)
+	p.meter.queued(already, e.count())
 	<-p.slots
 }
 
+// count is how many units the entry's message queues: its samples.
+func (e *entry) count() int { return max(e.units, 1) }
+
 func (p *publisher) fail(e *entry, reason string) {
 	p.mu.Lock()
-	p.nFailed++
+	p.nFailed += e.count()
 	if len(p.failed) < MaxProblems {
 		p.failed = append(p.failed, Problem{File: p.file, Line: e.line, Reason: reason})
 	}
@@ -487,6 +490,9 @@ func interruptedReason(e *entry, err error) string {
 
 // name names the prompt, and its sample when it is not the first.
 func (e *entry) name() string {
+	if e.count() > 1 {
+		return fmt.Sprintf("prompt %q samples %d to %d", dataset.Truncate(e.id, 60), e.sample, e.sample+e.count()-1)
+	}
 	if e.sample > 0 {
 		return fmt.Sprintf("prompt %q sample %d", dataset.Truncate(e.id, 60), e.sample)
 	}

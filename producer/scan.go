@@ -36,6 +36,10 @@ type scan struct {
 	info os.FileInfo
 	// unit names the file's records: "line" or "row".
 	unit string
+	// perMessage is how many samples each prompt message asks for, from
+	// the run's manifest (schema.Manifest.PerMessage); set before the
+	// publishing pass.
+	perMessage int
 	// turns sums the turns of the valid prompts: schema.TurnSlots of each
 	// with --turns all, one each otherwise.
 	turns int
