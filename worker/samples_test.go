@@ -179,3 +179,49 @@ func TestSamplesRedeliveryAsksOnlyForTheRest(t *testing.T) {
 		t.Errorf("%d requests for the prompt, want 2: samples 0 and 3", got)
 	}
 }
+
+// An answer of a request of several that is cut at max_tokens is asked
+// again alone, with twice the budget, under --on-length retry; the
+// others are kept as they came, and a sample cut at the cap is
+// dead-lettered alone.
+func TestSamplesLengthRetryAlone(t *testing.T) {
+	const n = 4
+	m := schema.Manifest{Run: "samples", Samples: 4, SamplesPerMessage: 4, Total: n * 4,
+		Params: schema.Params{Seed: ptr(int64(3)), Temperature: ptr(0.8), MaxTokens: 20},
+		Policy: schema.Policy{OnLength: schema.OnLengthRetry, LengthRetryMaxTokens: 30}}
+	var prompts []schema.Prompt
+	for i := range n {
+		prompts = append(prompts, schema.Prompt{ID: fmt.Sprintf("p%d", i), Samples: 4,
+			Messages: []schema.Message{{Role: "user", Content: fmt.Sprintf("question %d", i)}}})
+	}
+	b := setupUnits(t, m, prompts, provision.Options{})
+	// Answers of about 25 tokens: many cut at 20, most done at 30, some
+	// cut at the cap.
+	url := simtest.Serve(t, simulator.Config{Model: "test-model", Speed: 200, OutputMedian: 25, OutputSigma: 0.5, ReasoningShare: -1})
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingBackend{Backend: client}
+	w, _ := b.startBackend(t, worker.Config{Window: 8}, counted)
+	b.waitSettled(t, 30*time.Second)
+	waitCounted(t, n*4, w)
+	res := b.unitResults(t)
+	retried, dead := 0, int(w.Stats().DeadLettered)
+	for key, r := range res {
+		if r.FinishReason == "length" {
+			t.Errorf("%s: a truncated answer was kept", key)
+		}
+		if r.Params.MaxTokens == 30 {
+			retried++
+		}
+	}
+	if retried == 0 || len(res)+dead != n*4 {
+		t.Errorf("%d results (%d asked again with 30 tokens), %d dead-lettered: want some asked again, and every sample settled once", len(res), retried, dead)
+	}
+	t.Logf("%d samples: %d kept from the first request, %d asked again with 30 tokens, %d dead-lettered at the cap", n*4, len(res)-retried, retried, dead)
+	// One request a prompt, the test of n, and one for each retry.
+	if got := counted.requests.Load(); got != int64(n+1+retried+dead) {
+		t.Errorf("%d requests, want %d: one a prompt, the test of n, one for each sample asked again", got, n+1+retried+dead)
+	}
+}
