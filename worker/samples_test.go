@@ -225,3 +225,33 @@ func TestSamplesLengthRetryAlone(t *testing.T) {
 		t.Errorf("%d requests, want %d: one a prompt, the test of n, one for each sample asked again", got, n+1+retried+dead)
 	}
 }
+
+// A message whose every sample was stored by a delivery that died before
+// its ack is acknowledged without a request.
+func TestSamplesRedeliveryAllStored(t *testing.T) {
+	b, _ := samplesRun(t, 1, provision.Options{AckWait: 300 * time.Millisecond})
+	msg, _ := b.takeFirstDelivery(t)
+	p, err := schema.DecodePrompt(msg.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range p.SampleCount() {
+		data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: k, Messages: p.Messages, Content: "from before", FinishReason: "stop", Worker: "dead"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.js.Publish(context.Background(), schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: k}), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	llm, url := newFakeLLM(t, &fakeLLM{})
+	w, _ := b.start(t, worker.Config{Window: 2}, url)
+	b.waitSettled(t, 60*time.Second)
+	waitCounted(t, 4, w)
+	if got := llm.count(p.Messages[0].Content); got != 0 {
+		t.Errorf("%d requests for a prompt whose samples were all stored", got)
+	}
+	if s := w.Stats(); s.AlreadySettled != 4 || s.Completed != 0 {
+		t.Errorf("already settled %d, completed %d; want 4 and 0", s.AlreadySettled, s.Completed)
+	}
+}
