@@ -108,7 +108,8 @@ func (w *Worker) processSamples(ctx context.Context, d *delivery, p *schema.Prom
 				ln.log.Info("redelivered prompt has every sample's outcome stored: acknowledged without generating it", "id", p.ID, "samples", len(jobs))
 				return
 			}
-			w.settleSamples(ctx, d, left, nil, []error{err})
+			// The look-up failed: no sample is known settled.
+			w.settleSamples(ctx, d, jobs, nil, []error{err})
 			return
 		}
 	}

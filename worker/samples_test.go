@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -253,5 +255,49 @@ func TestSamplesRedeliveryAllStored(t *testing.T) {
 	}
 	if s := w.Stats(); s.AlreadySettled != 4 || s.Completed != 0 {
 		t.Errorf("already settled %d, completed %d; want 4 and 0", s.AlreadySettled, s.Completed)
+	}
+}
+
+// A redelivered message of samples whose earlier outcomes cannot be
+// looked up (the results stream is gone for a while) is handed back to
+// look again, not generated; once the stream is back, only the samples
+// without a stored answer are asked for.
+func TestSamplesFailedLookupHandsBack(t *testing.T) {
+	b, _ := samplesRun(t, 1, provision.Options{AckWait: 300 * time.Millisecond})
+	msg, _ := b.takeFirstDelivery(t)
+	p, err := schema.DecodePrompt(msg.Data())
+	if err != nil {
+		t.Fatal(err)
+	}
+	handedBack := &countingHandler{match: "cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later"}
+	llm, url := newFakeLLM(t, &fakeLLM{})
+	hb := b.heartbeats(t)
+	b.start(t, worker.Config{Window: 2, RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond, Logger: slog.New(handedBack)}, url)
+	brokertest.Eventually(t, 10*time.Second, func() bool { return hb.workers() == 1 }, "the worker to have started")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.js.DeleteStream(ctx, schema.ResultsStream); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, 20*time.Second, func() bool { return handedBack.n.Load() >= 2 }, "the redelivered message to be handed back twice")
+	if n := llm.count(p.Messages[0].Content); n != 0 {
+		t.Fatalf("asked %d times while its samples' outcomes could not be looked up", n)
+	}
+	if err := provision.Streams(ctx, b.js, provision.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: 2, Content: "from before", Worker: "died"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: 2}), data); err != nil {
+		t.Fatal(err)
+	}
+	b.waitSettled(t, 30*time.Second)
+	if res := b.unitResults(t); len(res) != 4 || res[schema.Unit{ID: p.ID, Sample: 2}.Key()].Content != "from before" {
+		t.Errorf("%d results, sample 2 %+v: want 4 and the stored answer kept", len(res), res[schema.Unit{ID: p.ID, Sample: 2}.Key()])
+	}
+	if n := llm.count(p.Messages[0].Content); n != 3 {
+		t.Errorf("asked %d times, want once for each sample without a stored answer (3)", n)
 	}
 }
