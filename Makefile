@@ -203,7 +203,7 @@ chaos:
 	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared)?|TestCluster)$$' ./chaos/
 
 chaos-short:
-	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared)?|TestClusterShort)$$' ./chaos/
+	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./chaos/
 
 # The container image (Dockerfile): the static binary on
 # distroless/static, run as a non-root user. IMAGE names the tag.

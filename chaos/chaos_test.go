@@ -68,6 +68,17 @@ func TestChaosShortTurns(t *testing.T) {
 	runChaos(t, chaos.ShortTurns())
 }
 
+// TestChaosShortSamples is the CI run of samples in one request: Short
+// with 3 samples a prompt, each prompt's samples in one message answered
+// with n. Every sample must end once, whatever is killed mid-request.
+func TestChaosShortSamples(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") == "0" {
+		t.Skip("AERIE_CHAOS=0")
+	}
+	t.Parallel()
+	runChaos(t, chaos.ShortSamples())
+}
+
 // TestChaosShortShared is the CI run of two runs on one fleet: Short,
 // with a second run of 300 prompts served by the same workers (aerie
 // work --runs) whose priority and weight change three times while both

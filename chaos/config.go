@@ -46,6 +46,13 @@ type Config struct {
 	// left at the end and at the requests sent for turns already stored.
 	// 0 or 1: single-turn prompts, answered as given (--turns last).
 	Turns int
+	// Samples, above 1, is produce's --samples: each prompt's samples
+	// are queued in one message and answered in one request (n), and
+	// every sample must end once, as its own line ("id" for sample 0,
+	// "id#k" for sample k in the check's reports). Requests for them
+	// are not traced for regeneration: the samples of a prompt share its
+	// messages.
+	Samples int
 	// Workers is how many workers run at once; each one killed is
 	// replaced by a new one with a new name.
 	Workers int
@@ -173,6 +180,16 @@ func Short() Config {
 	c.NATSRestartsAt = []float64{0.55}
 	c.KeyRotationsAt = []float64{0.65}
 	c.Timeout = 3 * time.Minute
+	return c
+}
+
+// ShortSamples is Short with 3 samples a prompt, each prompt's samples
+// answered in one request: 250 prompts, 750 units, one kill of each kind.
+func ShortSamples() Config {
+	c := Short()
+	c.Run = "chaos-short-samples"
+	c.Prompts = 250
+	c.Samples = 3
 	return c
 }
 

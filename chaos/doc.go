@@ -32,8 +32,9 @@
 // (ClusterReport; figures in docs/cluster.md).
 //
 // The tests of this package are the suite: TestChaosShort (about 600
-// prompts, one kill of each kind) and TestChaosShortTurns (about 150
-// conversations) run with `go test ./...`; TestChaos (about 5,000
+// prompts, one kill of each kind), TestChaosShortTurns (about 150
+// conversations) and TestChaosShortSamples (250 prompts of 3 samples,
+// each prompt's samples in one request) run with `go test ./...`; TestChaos (about 5,000
 // prompts, a worker killed every few seconds) and TestChaosTurns (about
 // 2,500 conversations) only with AERIE_CHAOS=1; TestClusterShort (600
 // prompts) always, TestCluster (3,000) only with AERIE_CHAOS=1. See

@@ -114,7 +114,7 @@ func New(cfg Config) (*Harness, error) {
 	}
 	out := filepath.Join(h.data, cfg.Run)
 	h.progress = progress{
-		total:       cfg.Prompts,
+		total:       cfg.Prompts * max(cfg.Samples, 1), // output lines: one per sample
 		completions: newLineCounter(filepath.Join(out, aggregator.CompletionsFile)),
 		failed:      newLineCounter(filepath.Join(out, aggregator.FailedFile)),
 	}

@@ -59,6 +59,9 @@ func (r *Report) String() string {
 	if c.turnsAll() {
 		what = fmt.Sprintf("conversations of 1 to %d user turns, every turn generated (--turns all)", c.Turns)
 	}
+	if c.Samples > 1 {
+		what += fmt.Sprintf(" of %d samples each, a prompt's samples in one request (--samples %d)", c.Samples, c.Samples)
+	}
 	line("prompts", "%d %s, %d workers at a time (windows %d-%d), simulator at speed %g, first-token and idle timeouts %v, ack wait %v",
 		c.Prompts, what, c.Workers, c.WindowMin, c.WindowMax, c.Speed, c.StallTimeout, c.AckWait)
 	line("faults asked", "400 %g, 429 %g, 500 %g, 503 %g, hang %g, disconnect %g, stream error %g",

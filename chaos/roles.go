@@ -29,7 +29,8 @@ func (h *Harness) genPrompts(name, file string, n int, seed int64) ([]inputPromp
 	if err := p.wait(2 * time.Minute); err != nil {
 		return nil, fmt.Errorf("gen-prompts: %w\n%s", err, p.tail(20))
 	}
-	return readInput(file, h.cfg.turnsAll())
+	input, err := readInput(file, h.cfg.turnsAll())
+	return withSamples(input, h.cfg.Samples), err
 }
 
 func (h *Harness) produce() error {
@@ -49,6 +50,9 @@ func (h *Harness) produceRun(name, run, file string, n int) error {
 	}
 	if h.cfg.turnsAll() {
 		args = append(args, "--turns", "all")
+	}
+	if h.cfg.Samples > 1 {
+		args = append(args, "--samples", strconv.Itoa(h.cfg.Samples))
 	}
 	p, err := h.start(name, args...)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,10 +18,43 @@ import (
 // maxTraced bounds how many ids natsState looks up one by one.
 const maxTraced = 20
 
-// unitOf is the unit of work of an input id. Chaos runs are produced
-// without --samples, so every id is one unit, sample 0; the subjects,
+// unitOf is the unit of work of an input key: an id (sample 0) or,
+// with Config.Samples, "id#k" for sample k (see unitKey); the subjects,
 // failure counts and output lines of a run are per unit.
-func unitOf(id string) schema.Unit { return schema.Unit{ID: id} }
+func unitOf(key string) schema.Unit {
+	if i := strings.LastIndexByte(key, '#'); i > 0 {
+		if k, err := strconv.Atoi(key[i+1:]); err == nil && k > 0 {
+			return schema.Unit{ID: key[:i], Sample: k}
+		}
+	}
+	return schema.Unit{ID: key}
+}
+
+// unitKey is the check's key of a unit: its id for sample 0, "id#k" for
+// sample k. Generated ids never hold '#'.
+func unitKey(id string, sample int) string {
+	if sample == 0 {
+		return id
+	}
+	return id + "#" + strconv.Itoa(sample)
+}
+
+// withSamples returns input with a prompt for each of its samples above
+// the first, keyed by unitKey; input itself with one sample.
+func withSamples(input []inputPrompt, samples int) []inputPrompt {
+	if samples <= 1 {
+		return input
+	}
+	out := make([]inputPrompt, 0, len(input)*samples)
+	for _, p := range input {
+		for k := range samples {
+			q := p
+			q.ID = unitKey(p.ID, k)
+			out = append(out, q)
+		}
+	}
+	return out
+}
 
 // natsState describes what the NATS server holds for run: the streams,
 // the run's three consumers and, for each of ids (up to maxTraced),

@@ -134,6 +134,7 @@ func inputIDs(input []inputPrompt) []string {
 // outputLine is what the check reads of a line of either file.
 type outputLine struct {
 	ID           *string `json:"id"`
+	Sample       int     `json:"sample"`
 	FinishReason string  `json:"finish_reason"`
 	Truncated    bool    `json:"truncated"`
 	Reason       string  `json:"reason"`
@@ -222,31 +223,33 @@ func verify(input []inputPrompt, turnsAll bool, completionsPath, failedPath stri
 
 	done := map[string]int{}
 	for _, l := range completions {
-		done[*l.ID]++
-		if done[*l.ID] > 1 {
+		key := unitKey(*l.ID, l.Sample)
+		done[key]++
+		if done[key] > 1 {
 			continue
 		}
 		if l.Truncated || l.FinishReason == "length" {
 			o.Truncated++
 		}
-		if in, ok := msgs[*l.ID]; ok && turnsAll {
+		if in, ok := msgs[key]; ok && turnsAll {
 			o.TurnsWritten += l.Turns
 			if why := completedTurns(l, in); why != "" {
-				o.BadTurns = append(o.BadTurns, *l.ID+": "+why)
+				o.BadTurns = append(o.BadTurns, key+": "+why)
 			}
 		}
 	}
 	dead := map[string]int{}
 	for _, l := range failed {
-		dead[*l.ID]++
-		if dead[*l.ID] > 1 {
+		key := unitKey(*l.ID, l.Sample)
+		dead[key]++
+		if dead[key] > 1 {
 			continue
 		}
 		o.FailedByReason[l.Reason]++
-		if in, ok := msgs[*l.ID]; ok && turnsAll {
+		if in, ok := msgs[key]; ok && turnsAll {
 			slots := schema.TurnSlots(in)
 			if l.Turn < 1 || l.Turn > slots {
-				o.BadTurns = append(o.BadTurns, fmt.Sprintf("%s: failed at turn %d of a conversation of %d turns", *l.ID, l.Turn, slots))
+				o.BadTurns = append(o.BadTurns, fmt.Sprintf("%s: failed at turn %d of a conversation of %d turns", key, l.Turn, slots))
 			} else {
 				o.TurnsBeforeFailure += l.Turn - 1
 			}
