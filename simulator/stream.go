@@ -171,9 +171,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, j *job, seqs []*
 		}
 		for _, st := range sts {
 			if err := st.flush(); err != nil {
-				// A failed write means the client left; r.Context will
-				// say so too, but free the slots now.
+				// A failed write means the client left, or an outage
+				// closed the connection; r.Context will say so too, but
+				// free the slots now, and count the cut as the outage's.
 				s.cancelAll(seqs)
+				s.left(j.outage)
 				return
 			}
 		}
