@@ -200,7 +200,7 @@ clean:
 .PHONY: chaos chaos-short
 
 chaos:
-	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared)?|TestCluster)$$' ./chaos/
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared|Samples)?|TestCluster)$$' ./chaos/
 
 chaos-short:
 	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./chaos/

@@ -116,6 +116,19 @@ func TestChaos(t *testing.T) {
 	runChaos(t, chaos.Long())
 }
 
+// TestChaosSamples is the full run of samples in one request: 1,700
+// prompts of 3 samples, a worker killed every few seconds, two aggregator
+// kills and a NATS restart. Opt-in, like TestChaos.
+func TestChaosSamples(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 5,100-sample chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the 5,100-sample chaos run is not short; see TestChaosShortSamples")
+	}
+	runChaos(t, chaos.LongSamples())
+}
+
 // TestChaosTurns is the full run of conversations: about 2,500 of 1 to 3
 // user turns, every turn generated, a worker killed every few seconds,
 // two aggregator kills and a NATS restart. Opt-in, like TestChaos.

@@ -193,6 +193,16 @@ func ShortSamples() Config {
 	return c
 }
 
+// LongSamples is Long with 3 samples a prompt answered in one request:
+// 1,700 prompts, 5,100 units, a worker killed every few seconds.
+func LongSamples() Config {
+	c := Long()
+	c.Run = "chaos-samples"
+	c.Prompts = 1700
+	c.Samples = 3
+	return c
+}
+
 // Long is the full run: about 5,000 prompts, a worker killed every few
 // seconds, the aggregator killed twice, the NATS server killed once.
 func Long() Config {

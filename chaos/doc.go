@@ -35,8 +35,9 @@
 // prompts, one kill of each kind), TestChaosShortTurns (about 150
 // conversations) and TestChaosShortSamples (250 prompts of 3 samples,
 // each prompt's samples in one request) run with `go test ./...`; TestChaos (about 5,000
-// prompts, a worker killed every few seconds) and TestChaosTurns (about
-// 2,500 conversations) only with AERIE_CHAOS=1; TestClusterShort (600
+// prompts, a worker killed every few seconds), TestChaosTurns (about
+// 2,500 conversations) and TestChaosSamples (1,700 prompts of 3
+// samples) only with AERIE_CHAOS=1; TestClusterShort (600
 // prompts) always, TestCluster (3,000) only with AERIE_CHAOS=1. See
 // `make chaos` and `make chaos-short`, and chaos_test.go and
 // cluster_test.go for the environment variables that tune a run.
