@@ -156,13 +156,7 @@ func TestSamplesRedeliveryAsksOnlyForTheRest(t *testing.T) {
 	// What the first delivery stored before its worker died: samples 1
 	// and 2.
 	for _, k := range []int{1, 2} {
-		data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: k, Messages: p.Messages, Content: "from before", FinishReason: "stop", Worker: "dead"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.js.Publish(context.Background(), schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: k}), data); err != nil {
-			t.Fatal(err)
-		}
+		storeEarlierAnswer(t, b, p, k)
 	}
 	llm, url := newFakeLLM(t, &fakeLLM{})
 	w, _ := b.start(t, worker.Config{Window: 2}, url)
@@ -238,13 +232,7 @@ func TestSamplesRedeliveryAllStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range p.SampleCount() {
-		data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: k, Messages: p.Messages, Content: "from before", FinishReason: "stop", Worker: "dead"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.js.Publish(context.Background(), schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: k}), data); err != nil {
-			t.Fatal(err)
-		}
+		storeEarlierAnswer(t, b, p, k)
 	}
 	llm, url := newFakeLLM(t, &fakeLLM{})
 	w, _ := b.start(t, worker.Config{Window: 2}, url)
@@ -286,18 +274,25 @@ func TestSamplesFailedLookupHandsBack(t *testing.T) {
 	if err := provision.Streams(ctx, b.js, provision.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: 2, Content: "from before", Worker: "died"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.js.Publish(ctx, schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: 2}), data); err != nil {
-		t.Fatal(err)
-	}
+	storeEarlierAnswer(t, b, p, 2)
 	b.waitSettled(t, 30*time.Second)
 	if res := b.unitResults(t); len(res) != 4 || res[schema.Unit{ID: p.ID, Sample: 2}.Key()].Content != "from before" {
 		t.Errorf("%d results, sample 2 %+v: want 4 and the stored answer kept", len(res), res[schema.Unit{ID: p.ID, Sample: 2}.Key()])
 	}
 	if n := llm.count(p.Messages[0].Content); n != 3 {
 		t.Errorf("asked %d times, want once for each sample without a stored answer (3)", n)
+	}
+}
+
+// storeEarlierAnswer stores, as a delivery of p that died before its ack
+// would have, an answer "from before" for sample k.
+func storeEarlierAnswer(t *testing.T, b *bundle, p *schema.Prompt, k int) {
+	t.Helper()
+	data, err := schema.EncodeResult(&schema.Result{Run: b.run, ID: p.ID, Sample: k, Messages: p.Messages, Content: "from before", FinishReason: "stop", Worker: "dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.js.Publish(context.Background(), schema.ResultSubject(b.run, schema.Unit{ID: p.ID, Sample: k}), data); err != nil {
+		t.Fatal(err)
 	}
 }
