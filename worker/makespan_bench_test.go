@@ -3,9 +3,11 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +100,7 @@ func BenchmarkTwoBackendsMakespan(b *testing.B) {
 			name string
 			makespanRun
 		}{{"fixed 200", f}, {"auto", a}} {
-			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs; each server's last answer at %.0fs), lower bound %.0fs: %.2f; ideal length-blind schedule %.0fs: %.2f of it; handed back %d; held back %d times; final windows %v",
+			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs; each server's last answer at %v), lower bound %.0fs: %.2f; ideal length-blind schedule %.0fs: %.2f of it; handed back %d; held back %d times; final windows %v",
 				makespanSpeed, r.name, r.makespan, r.half, r.most, r.lastAnswers, r.bound, r.ratio(), r.ideal, r.ideal/r.makespan, r.handedBack, r.holds, r.windows)
 		}
 		fixed, auto = append(fixed, f.ratio()), append(auto, a.ratio())
@@ -116,7 +118,7 @@ type makespanRun struct {
 	handedBack      int64
 	holds           int64 // times a worker began to hold back for the tail
 	windows         []int
-	lastAnswers     []float64 // when each server's last answer ended
+	lastAnswers     lastAnswers // when each server's last answer ended
 	// ideal is bestFIFOMakespan of the run's own answers, in queue order.
 	ideal float64
 	// hedges and hedgesWon count the hedges sent and won; twice is the
@@ -127,6 +129,22 @@ type makespanRun struct {
 }
 
 func (r makespanRun) ratio() float64 { return r.bound / r.makespan }
+
+// lastAnswers are when each server's last answer ended, in simulated
+// seconds: NaN for a server that answered nothing.
+type lastAnswers []float64
+
+// String says "none" for a server that answered nothing.
+func (l lastAnswers) String() string {
+	parts := make([]string, len(l))
+	for i, at := range l {
+		parts[i] = "none"
+		if !math.IsNaN(at) {
+			parts[i] = fmt.Sprintf("%.1fs", at)
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
 
 func runMakespan(b *testing.B, base worker.Config) makespanRun {
 	b.Helper()
@@ -199,7 +217,11 @@ func runQueue(b *testing.B, base worker.Config, sims []simulator.Config, prompts
 	at := func(q float64) float64 { return ends[int(q*float64(len(ends)-1))].Sub(start).Seconds() * makespanSpeed }
 	r.half, r.most = at(0.5), at(0.95)
 	for i := range sims {
-		r.lastAnswers = append(r.lastAnswers, lastBy[fmt.Sprintf("server%d", i)].Sub(start).Seconds()*makespanSpeed)
+		at, ok := lastBy[fmt.Sprintf("server%d", i)]
+		r.lastAnswers = append(r.lastAnswers, math.NaN())
+		if ok {
+			r.lastAnswers[i] = at.Sub(start).Seconds() * makespanSpeed
+		}
 	}
 	mean := float64(tokens) / float64(len(prompts))
 	var capacity float64 // prompts per simulated second

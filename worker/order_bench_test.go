@@ -2,10 +2,12 @@ package worker_test
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
@@ -45,7 +47,7 @@ func orderSims() []simulator.Config {
 // plannedLengths returns the answer length the simulator of c gives each
 // prompt: its lengths are drawn from the prompt and the seed alone, so
 // whichever server answers, this is the answer's length.
-func plannedLengths(b *testing.B, c simulator.Config, prompts []schema.Prompt) []int {
+func plannedLengths(b testing.TB, c simulator.Config, prompts []schema.Prompt) []int {
 	b.Helper()
 	v, err := simulator.NewVirtual(c)
 	if err != nil {
@@ -108,6 +110,9 @@ func BenchmarkLongestFirst(b *testing.B) {
 		prompts      []schema.Prompt
 		ratios       []float64
 		twice        []float64
+		// runs says what each iteration measured, logged once at the
+		// end: a benchmark's log keeps only its first ten lines.
+		runs []string
 	}{
 		{name: "input order, --hedge off", metric: "input-bound/makespan", cfg: off, prompts: prompts},
 		{name: "input order, --hedge auto", metric: "hedged-bound/makespan", cfg: auto, prompts: prompts},
@@ -130,17 +135,23 @@ func BenchmarkLongestFirst(b *testing.B) {
 		}
 		runs = sel
 	}
+	var bound float64 // the lower bound: the same answers in every run
 	for b.Loop() {
 		for i := range runs {
 			r := &runs[i]
 			m := runQueue(b, r.cfg, sims, r.prompts)
-			b.Logf("%s: makespan %.1fs, lower bound %.1fs: %.2f of it; the ideal length-blind dispatcher in input order %.1fs (%.2f of the bound); an ideal dispatcher in this order %.1fs; each server's last answer at %.1fs; handed back %d; hedges %d (won %d), tokens generated twice %.2f%%",
-				r.name, m.makespan, m.bound, m.ratio(), blindIdeal, m.bound/blindIdeal, m.ideal, m.lastAnswers, m.handedBack, m.hedges, m.hedgesWon, 100*m.twice)
+			bound = m.bound
+			r.runs = append(r.runs, fmt.Sprintf("%.1fs (%.2f; an ideal dispatcher in this order %.1fs; last answers %v; handed back %d; hedges %d, won %d; twice %.2f%%)",
+				m.makespan, m.ratio(), m.ideal, m.lastAnswers, m.handedBack, m.hedges, m.hedgesWon, 100*m.twice))
 			r.ratios = append(r.ratios, m.ratio())
 			r.twice = append(r.twice, m.twice)
 		}
 	}
-	b.Logf("noisy hints: rank correlation %.2f with the lengths", corr)
+	b.Logf("lower bound %.1fs; the ideal length-blind dispatcher in input order %.1fs (%.2f of the bound); noisy hints: rank correlation %.2f with the lengths",
+		bound, blindIdeal, bound/blindIdeal, corr)
+	for _, r := range runs {
+		b.Logf("%s: %s", r.name, strings.Join(r.runs, "; "))
+	}
 	for _, r := range runs {
 		b.ReportMetric(median(r.ratios), r.metric)
 	}
