@@ -104,7 +104,25 @@ type Heartbeat struct {
 	Hedges       int64 `json:"hedges,omitempty"`
 	HedgesWon    int64 `json:"hedges_won,omitempty"`
 	HedgedTokens int64 `json:"hedged_tokens,omitempty"`
+	// HintError is how far the run's length hints fall short, as this
+	// worker has seen: the 99th percentile of its answers' lengths over
+	// their prompts' hints (3 means that one answer in a hundred ran to
+	// three times its hint or more), over HintedAnswers answers. Both are
+	// zero until it has answered MinHintedAnswers prompts with hints. A
+	// worker much slower than the others starts a hinted prompt only if,
+	// that much longer than its hint, it would still be done in time.
+	HintError     float64 `json:"hint_error,omitempty"`
+	HintedAnswers int     `json:"hinted_answers,omitempty"`
+	// Speed is the completion tokens a second that each of this worker's
+	// requests streams, as it measures it; 0 while unknown. Other workers
+	// compare it with their own.
+	Speed float64 `json:"speed,omitempty"`
 }
+
+// MinHintedAnswers is how many answers to hinted prompts a worker
+// counts before it reports Heartbeat.HintError: fewer say little of a
+// 99th percentile.
+const MinHintedAnswers = 100
 
 // MaxHedgeable bounds Heartbeat.Hedgeable, so that a worker with a large
 // window keeps its heartbeats small; the oldest requests, the likeliest

@@ -56,5 +56,6 @@ func ackRoomLooks(r readings, i int) bool {
 // tail policy needs it, or the consumers are due to be looked at for
 // room and this worker looks.
 func wantsConsumer(p policy, r *readings, i int, m *memory) bool {
-	return tailNeedsConsumer(p, *r, i) || !r.now.Before(m.nextAck) && ackRoomLooks(*r, i)
+	return tailNeedsConsumer(p, *r, i) || slowerThanOthers(r.lanes[i].others, m.speed) ||
+		!r.now.Before(m.nextAck) && ackRoomLooks(*r, i)
 }

@@ -10,27 +10,46 @@ import (
 )
 
 // control runs the pull decision every WindowPoll until ctx ends:
-// observe, decide, apply (see readings.go).
+// observe, decide, apply (see readings.go). The first startupDecisions
+// come four times as often: at the start of a run a slow worker must
+// learn that it is slow before the long prompts it took first have run
+// far (hintlimit.go), and each period of the first decisions delays them.
 func (w *Worker) control(ctx context.Context) {
 	p := w.policy()
 	m := memory{nextAck: time.Now().Add(p.ackEvery)}
-	t := time.NewTicker(w.cfg.WindowPoll)
+	t := time.NewTimer(w.cfg.WindowPoll / 4)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if n < startupDecisions {
+			t.Reset(w.cfg.WindowPoll / 4)
+		} else {
+			t.Reset(w.cfg.WindowPoll)
 		}
 		r := w.observe(ctx, &m)
 		if ctx.Err() != nil {
 			return
 		}
 		var pl plan
+		known := m.speed > 0
 		pl, m = planPulls(p, r, m)
+		w.speed.Store(math.Float64bits(m.speed))
+		if !known && m.speed > 0 {
+			select {
+			case w.beatNow <- struct{}{}:
+			default:
+			}
+		}
 		w.apply(r, pl)
 	}
 }
+
+// startupDecisions is how many decisions come quickly at the start.
+const startupDecisions = 4
 
 // apply carries out a plan made from readings r. It is the only writer of
 // the window's size after start, of the lanes' holds and consumer-full
@@ -63,6 +82,7 @@ func (w *Worker) apply(r readings, pl plan) {
 		l := r.lanes[i].lane
 		changed = l.setTailHold(lp.hold, lp.pending, r.ownLatency) || changed
 		l.setHintLimit(lp.hintLimit)
+		changed = l.setHintHold(lp.hintHold, lp.hintLimit, r.lanes[i].nextHint) || changed
 		if c := r.lanes[i].consumer; c != nil {
 			l.pending.Store(int64(c.pending))
 		}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/url"
 	"os"
 	"time"
@@ -23,6 +24,8 @@ func (w *Worker) heartbeats(ctx context.Context) {
 			return
 		case <-t.C:
 			w.publishHeartbeats()
+		case <-w.beatNow:
+			w.publishHeartbeats()
 		}
 	}
 }
@@ -42,6 +45,10 @@ func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 		ConsumerFull: l.consumerFull.Load(),
 		Hedgeable:    w.hedgeable(l, time.Now()),
 		Hedges:       l.n.hedges.Load(), HedgesWon: l.n.hedgesWon.Load(), HedgedTokens: l.n.hedgedTokens.Load(),
+		Speed: math.Float64frombits(w.speed.Load()),
+	}
+	if ratios, seen := l.hintErr.sorted(); hintError(ratios, seen) > 0 {
+		hb.HintError, hb.HintedAnswers = hintError(ratios, seen), seen
 	}
 	for _, o := range w.serving() {
 		if o != l {

@@ -39,17 +39,28 @@ type lane struct {
 	tailHolds    atomic.Int64
 	consumerFull atomic.Bool
 	// hintLimit is the longest length hint this worker starts (float64
-	// bits, +Inf for none): see hintlimit.go.
+	// bits, +Inf for none), and hintHold is set while the prompt next in
+	// the run's queue is above it: see hintlimit.go.
 	hintLimit atomic.Uint64
+	hintHold  atomic.Bool
+	// hintBounced is set when a prompt was handed back for its hint since
+	// the last decision. peekAfter is when the pull decision next reads
+	// the hints left in the run's queue, set when a reading found none;
+	// only the decision's goroutine uses it.
+	hintBounced atomic.Bool
+	peekAfter   time.Time
 	// pending is the run's prompts left to deliver as last read from its
 	// consumer, -1 before; hedges are the hedges this worker runs for
 	// the run, by prompt sequence, and hedgedBy the requests of its own
 	// that another worker hedges, by sequence (hedge.go); lengths keeps
-	// the run's answer lengths, from which a request's is expected.
+	// the run's answer lengths, from which a request's is expected, and
+	// hintErr its answers' lengths over their length hints, from which
+	// the hints' error is known (hintlimit.go).
 	pending  atomic.Int64
 	hedges   sync.Map // uint64 -> *hedge
 	hedgedBy sync.Map // uint64 -> worker name
-	lengths  lengthSample
+	lengths  sample[int]
+	hintErr  sample[float64]
 	// n counts what the worker did for the run.
 	n laneCounts
 	// sched is the run's schedule as last read from its manifest (nil:

@@ -1,44 +1,47 @@
 package worker
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"sync"
 )
 
-// lengthSampleSize bounds a lengthSample: enough for the median of the
-// tail above any length that matters to a hedge.
-const lengthSampleSize = 4096
+// sampleSize bounds a sample: enough for the median of the tail above
+// any length that matters to a hedge, and for the 99th percentile of the
+// hints' error.
+const sampleSize = 4096
 
-// lengthSample keeps a uniform sample of a run's answer lengths, in
-// completion tokens, at most lengthSampleSize of them (reservoir
-// sampling): hedge.go expects a request's length from it. The zero
+// sample keeps a uniform sample of a run's values, at most sampleSize of
+// them (reservoir sampling): its answer lengths in completion tokens, from
+// which hedge.go expects a request's length, and its answers' lengths over
+// their hints, from which hintlimit.go learns how far hints err. The zero
 // value is empty.
-type lengthSample struct {
+type sample[T cmp.Ordered] struct {
 	mu   sync.Mutex
 	seen int
-	v    []int
+	v    []T
 }
 
-// add counts an answer of n tokens.
-func (s *lengthSample) add(n int) {
+// add counts one value.
+func (s *sample[T]) add(x T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seen++
-	if len(s.v) < lengthSampleSize {
-		s.v = append(s.v, n)
+	if len(s.v) < sampleSize {
+		s.v = append(s.v, x)
 		return
 	}
-	if i := rand.IntN(s.seen); i < lengthSampleSize {
-		s.v[i] = n
+	if i := rand.IntN(s.seen); i < sampleSize {
+		s.v[i] = x
 	}
 }
 
-// sorted returns the sample, sorted.
-func (s *lengthSample) sorted() []int {
+// sorted returns the sample, sorted, and how many values were counted.
+func (s *sample[T]) sorted() ([]T, int) {
 	s.mu.Lock()
-	v := slices.Clone(s.v)
+	v, seen := slices.Clone(s.v), s.seen
 	s.mu.Unlock()
 	slices.Sort(v)
-	return v
+	return v, seen
 }

@@ -233,6 +233,7 @@ func (w *Worker) giveBack(ctx context.Context, d *delivery, what outcome, delay 
 		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		d.nak(0, log)
 	case slowBack:
+		d.lane.bounce()
 		d.lane.n.tailHandedBack.Add(1)
 		w.metrics.settled(d.lane.run, OutcomeHandedBack)
 		log.Debug("handed back unstarted for a faster worker: its length hint is too long for this server")

@@ -98,8 +98,10 @@ type lanePlan struct {
 	// full is the consumer-full state to set: fullKeep leaves it.
 	full fullChange
 	// hintLimit is the longest length hint this worker starts (see
-	// hintPolicy); +Inf for no limit.
+	// hintPolicy); +Inf for no limit. hintHold is set while the prompt
+	// next in the run's queue is above it (hintHoldPolicy).
 	hintLimit float64
+	hintHold  bool
 	// hedges are the other workers' requests to hedge now (hedgePolicy).
 	hedges []peerFlight
 	// need is the MaxAckPending that the windows heard of need, with
@@ -136,6 +138,7 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 		t := tailPolicy(p, r, i)
 		lp := &pl.lanes[i]
 		lp.hintLimit = hintPolicy(r, i, m.speed)
+		lp.hintHold = hintHoldPolicy(lp.hintLimit, r.lanes[i].nextHint, r.lanes[i].bounced)
 		lp.hedges = hedgePolicy(p, r, i, m.speed, r.lanes[i].hedges)
 		lp.hold, lp.pending, lp.handBack, lp.idleSlots = t.hold, t.pending, t.handBack, t.idleSlots
 		if t.restore && pl.window.size == 0 {

@@ -212,6 +212,9 @@ func (w *Worker) generate(ctx context.Context, j *job, req openai.ChatRequest, f
 		}
 		j.lane.n.addAnswer(comp.Usage.CompletionTokens)
 		j.lane.lengths.add(comp.Usage.CompletionTokens)
+		if !j.all {
+			j.lane.addHinted(j.p.LengthHint, comp.Usage.CompletionTokens)
+		}
 		a := &answer{Completion: comp, maxTokens: req.MaxTokens}
 		if comp.FinishReason != "length" {
 			return a, nil

@@ -41,6 +41,9 @@ type readings struct {
 	// comes from them (hintPolicy).
 	tokens   int64
 	decoding int
+	// firstSpeed is what the requests streaming now streamed a second
+	// each since they were sent (0 for none): the speed's first measure.
+	firstSpeed float64
 	// lanes are the runs served, in the worker's order.
 	lanes []laneReading
 }
@@ -68,6 +71,17 @@ type laneReading struct {
 	hedgeable []peerFlight
 	hedges    int
 	lengths   []int
+	// hintError is this worker's hints' error for the run (HintError),
+	// 0 until it has answered enough hinted prompts; nextHint is the
+	// length hint of the prompt next in the run's queue and meanHint the
+	// mean of the hints left in it (queueHints), read only while this
+	// worker is much slower than another (-1 and 0: not read).
+	hintError float64
+	nextHint  int
+	meanHint  float64
+	// bounced is set when a prompt was handed back for its hint since
+	// the last readings.
+	bounced bool
 }
 
 // consumerReading is what the decision uses of a consumer's info.
@@ -75,6 +89,12 @@ type consumerReading struct {
 	durable                   string
 	pending                   uint64
 	ackPending, maxAckPending int
+	// delivered is the last stream sequence delivered, and filter the
+	// consumer's one filter subject ("" for none or several): the next
+	// prompt it delivers, redeliveries aside, is the first after
+	// delivered on filter.
+	delivered uint64
+	filter    string
 }
 
 // observe takes the readings of now. The backend's load is read when the
@@ -102,7 +122,7 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 	}
 	r.ownLatency = w.latency.get()
 	r.handBackWait = w.handBackWait()
-	r.tokens, r.decoding = w.ownTokens()
+	r.tokens, r.decoding, r.firstSpeed = w.ownTokens(r.now)
 	recent := 3 * w.cfg.Heartbeat
 	lanes := w.serving()
 	r.lanes = make([]laneReading, len(lanes))
@@ -118,6 +138,9 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 		lr.peerWorkers, lr.peerWindows = l.peers.windows(r.now, recent)
 		lr.waiting = waiting[l]
 		lr.tailHold, lr.consumerFull = l.tailHold.Load(), l.consumerFull.Load()
+		lr.hintError = hintError(l.hintErr.sorted())
+		lr.nextHint = -1
+		lr.bounced = l.hintBounced.Swap(false)
 		if !w.cfg.HedgeOff {
 			for _, f := range l.peers.hedgeable(r.now, recent) {
 				if _, ours := l.hedges.Load(f.Seq); !ours {
@@ -126,7 +149,7 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 			}
 			lr.hedges = countHedges(l)
 			if len(lr.hedgeable) > 0 {
-				lr.lengths = l.lengths.sorted()
+				lr.lengths, _ = l.lengths.sorted()
 			}
 		}
 	}
@@ -141,8 +164,22 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 		if err != nil {
 			continue
 		}
-		r.lanes[i].consumer = &consumerReading{durable: info.Config.Durable, pending: info.NumPending,
-			ackPending: info.NumAckPending, maxAckPending: info.Config.MaxAckPending}
+		c := &consumerReading{durable: info.Config.Durable, pending: info.NumPending,
+			ackPending: info.NumAckPending, maxAckPending: info.Config.MaxAckPending,
+			delivered: info.Delivered.Stream, filter: info.Config.FilterSubject}
+		if len(info.Config.FilterSubjects) == 1 {
+			c.filter = info.Config.FilterSubjects[0]
+		}
+		r.lanes[i].consumer = c
+		if slowerThanOthers(r.lanes[i].others, m.speed) && !r.now.Before(l.peekAfter) {
+			lr := &r.lanes[i]
+			lr.nextHint, lr.meanHint = w.queueHints(ctx, c)
+			if lr.nextHint == 0 && lr.meanHint == 0 {
+				// No hints in this run, as far as a sample tells: look
+				// again later, not at every decision.
+				l.peekAfter = r.now.Add(hintlessPeekEvery * w.cfg.WindowPoll)
+			}
+		}
 	}
 	return r
 }

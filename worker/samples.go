@@ -268,6 +268,7 @@ func (w *Worker) askSeveral(ctx context.Context, d *delivery, jobs []*job, msgs 
 			TotalTokens: comp.Usage.PromptTokens + c.CompletionTokens}
 		ln.n.addAnswer(c.CompletionTokens)
 		ln.lengths.add(c.CompletionTokens)
+		ln.addHinted(j0.p.LengthHint, c.CompletionTokens)
 		out = append(out, &answer{Completion: &one, maxTokens: req.MaxTokens})
 	}
 	return out, nil

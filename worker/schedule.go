@@ -143,7 +143,7 @@ func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lan
 		tokens := committed(l, streaming)
 		st.vtime += float64(tokens-st.seen) / sc.Share()
 		st.seen = tokens
-		if sc.Paused || l.tailHold.Load() || l.gone.Load() {
+		if sc.Paused || l.tailHold.Load() || l.hintHold.Load() || l.gone.Load() {
 			continue
 		}
 		if !st.recheck.IsZero() && now.Before(st.recheck) {

@@ -166,6 +166,8 @@ type peer struct {
 	speed float64
 	// flights are the requests it lists as hedgeable (hedge.go).
 	flights []schema.Flight
+	// hintError is the hints' error it reports (hintlimit.go).
+	hintError float64
 }
 
 // heard returns the handler of the run's heartbeats, self's left out.
@@ -191,7 +193,7 @@ func (p *peers) heard(self string) nats.MsgHandler {
 			p.last = map[string]peer{}
 		}
 		pr := peer{at: now, window: hb.Window, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
-			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed, flights: hb.Hedgeable}
+			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed, flights: hb.Hedgeable, hintError: hb.HintError}
 		if was, ok := p.last[hb.Worker]; ok {
 			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
 			decoding := 0
@@ -201,6 +203,9 @@ func (p *peers) heard(self string) nats.MsgHandler {
 				}
 			}
 			pr.speed = nextSpeed(was.speed, hb.TokensStreamed-was.tokens, decoding, now.Sub(was.at))
+		}
+		if hb.Speed > 0 {
+			pr.speed = hb.Speed // its own measure, when it sends one
 		}
 		p.last[hb.Worker] = pr
 	}
@@ -246,7 +251,7 @@ func (p *peers) pulling(now time.Time, recent time.Duration) []tailPeer {
 		if now.Sub(pr.at) > recent || !pr.pulling {
 			continue
 		}
-		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free, speed: pr.speed})
+		out = append(out, tailPeer{rate: pr.rate, inFlight: pr.inFlight, free: pr.free, speed: pr.speed, hintError: pr.hintError})
 	}
 	return out
 }

@@ -29,6 +29,8 @@ type tailPeer struct {
 	inFlight int     // prompts held
 	free     int     // window slots free
 	speed    float64 // tokens a second of each of its requests, 0 while unknown
+	// hintError is the hints' error it reports (HintError), 0 for none.
+	hintError float64
 }
 
 // holdForTail reports whether a worker whose next prompt would take own

@@ -99,6 +99,13 @@ type Worker struct {
 	hedgeRoot context.Context
 	// batches group-commit results and turns while Run runs.
 	batches batches
+	// speed is the tokens a second each of this worker's requests
+	// streams (float64 bits, 0 while unknown), as the pull decision last
+	// measured it; heartbeats carry it. beatNow asks the heartbeats
+	// goroutine for a heartbeat at once: the first time the speed is
+	// known, which slower workers wait for (hintlimit.go).
+	speed   atomic.Uint64
+	beatNow chan struct{}
 }
 
 // flight is one request being generated.
@@ -144,6 +151,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		backend: backend,
 		log:     workerLogger(cfg),
 		win:     newWindow(cfg.Window, heldPerSlot*cfg.Window),
+		beatNow: make(chan struct{}, 1),
 	}
 	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
 	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {

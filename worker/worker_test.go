@@ -36,6 +36,12 @@ func setup(t *testing.T, prompts int, opts provision.Options) *bundle {
 
 func setupRun(t *testing.T, m schema.Manifest, prompts int, opts provision.Options) *bundle {
 	t.Helper()
+	return setupPrompts(t, m, brokertest.Prompts(prompts), opts)
+}
+
+// setupPrompts is setupRun with the prompts given, queued in their order.
+func setupPrompts(t *testing.T, m schema.Manifest, prompts []schema.Prompt, opts provision.Options) *bundle {
+	t.Helper()
 	srv, _, js := brokertest.Provisioned(t)
 	b := &bundle{srv: srv, js: js, run: m.Run}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -43,7 +49,7 @@ func setupRun(t *testing.T, m schema.Manifest, prompts int, opts provision.Optio
 	if _, err := provision.WorkersConsumer(ctx, js, b.run, opts); err != nil {
 		t.Fatal(err)
 	}
-	brokertest.Queue(t, js, m, brokertest.Prompts(prompts))
+	brokertest.Queue(t, js, m, prompts)
 	return b
 }
 
