@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -26,8 +27,8 @@ func checkNATS(ctx context.Context, s *session) Result {
 	if s.cfg.NATSURL == "" {
 		return skip("no NATS URL given (--nats)")
 	}
-	where := redactURLs(s.cfg.NATSURL)
-	nc, err := nats.Connect(s.cfg.NATSURL, s.connectOptions(ctx)...)
+	where := natsdial.Redact(s.cfg.NATSURL)
+	nc, err := natsdial.Dial(ctx, s.cfg.NATSURL, s.cfg.NATSWait, s.cfg.Log, s.connectOptions(ctx)...)
 	if err != nil {
 		return fail("start nats-server (for development: aerie server) or check --nats, --creds, --nkey and --tls-ca",
 			"cannot connect to %s: %v", where, err)
@@ -52,7 +53,9 @@ func (s *session) connectOptions(ctx context.Context) []nats.Option {
 	// Refused permissions are reported by the checks, not printed.
 	opts := []nats.Option{nats.Name("aerie-doctor"), nats.NoReconnect(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
 	if deadline, ok := ctx.Deadline(); ok {
-		opts = append(opts, nats.Timeout(time.Until(deadline)))
+		// One attempt at most CheckTimeout: the nats check's deadline
+		// also covers its wait for a server (Config.NATSWait).
+		opts = append(opts, nats.Timeout(min(time.Until(deadline), s.cfg.CheckTimeout)))
 	}
 	if s.cfg.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(s.cfg.NATSCreds))

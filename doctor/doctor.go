@@ -18,11 +18,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nats-io/nats.go"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -60,6 +63,11 @@ type Config struct {
 	// prefix and TLS settings. Nil connects with nats.go's defaults, which
 	// a server enforcing aerie's roles or TLS refuses.
 	NATSOptions []nats.Option
+	// NATSWait is how long the nats check waits for a server that does
+	// not answer yet, trying again with a back-off (natsdial.Dial); zero
+	// tries once. Log, when set, hears what it waits for.
+	NATSWait time.Duration
+	Log      *slog.Logger
 	// Role is the aerie role whose credentials NATSOptions carry: the
 	// permissions check asks the server what they may do and names what
 	// that role's command (aerie work for the worker) would miss, and the
@@ -135,7 +143,7 @@ func (c Config) String() string {
 		key = "[redacted]"
 	}
 	return fmt.Sprintf("doctor.Config{NATSURL: %q, Run: %q, Model: %q, Backend: %q, APIKey: %s, DataDir: %q, PromptsFile: %q, Workers: %d, Window: %d, AutoWindow: %t, MaxWindow: %d, Units: %q}",
-		redactURLs(c.NATSURL), c.Run, c.Model, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.AutoWindow, c.MaxWindow, c.Units)
+		natsdial.Redact(c.NATSURL), c.Run, c.Model, c.Backend, key, c.DataDir, c.PromptsFile, c.Workers, c.Window, c.AutoWindow, c.MaxWindow, c.Units)
 }
 
 // GoString is String, so that %#v does not print the API key either.
@@ -152,7 +160,7 @@ func (c Config) Validate() error {
 	if c.Workers < 0 || c.Window < 0 || c.MaxWindow < 0 {
 		errs = append(errs, fmt.Errorf("doctor: workers (%d), window (%d) and max window (%d) must not be negative", c.Workers, c.Window, c.MaxWindow))
 	}
-	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 {
+	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 || c.NATSWait < 0 {
 		errs = append(errs, errors.New("doctor: timeouts must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -190,6 +198,7 @@ type check struct {
 }
 
 func checkTimeout(c Config) time.Duration      { return c.CheckTimeout }
+func natsTimeout(c Config) time.Duration       { return c.CheckTimeout + c.NATSWait }
 func completionTimeout(c Config) time.Duration { return c.CompletionTimeout }
 func scanTimeout(c Config) time.Duration       { return c.ScanTimeout }
 
@@ -197,7 +206,7 @@ func scanTimeout(c Config) time.Duration       { return c.ScanTimeout }
 // earlier one found (the connection, the manifest, the served models);
 // when that is missing it is skipped with the reason.
 var checks = []check{
-	{"nats", checkTimeout, true, checkNATS},
+	{"nats", natsTimeout, true, checkNATS},
 	{"permissions", checkTimeout, true, checkPermissions},
 	{"jetstream", checkTimeout, true, checkJetStream},
 	{"streams", checkTimeout, false, checkStreams},

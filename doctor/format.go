@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 )
@@ -30,23 +29,6 @@ func formatDuration(d time.Duration) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
-}
-
-// redactURLs hides the user information (user, password or token) of each
-// URL in a comma-separated list, so that a report can name the server.
-func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if u, err := url.Parse(p); err == nil && u.User != nil {
-			u.User = nil
-			p = strings.Replace(u.String(), "://", "://[redacted]@", 1)
-		} else if err != nil && strings.Contains(p, "@") {
-			p = "[unparseable URL]"
-		}
-		parts[i] = p
-	}
-	return strings.Join(parts, ",")
 }
 
 // quoteList renders names as [a b c], at most max of them.

@@ -49,18 +49,6 @@ func TestEstimateTokens(t *testing.T) {
 	}
 }
 
-func TestRedactURLs(t *testing.T) {
-	for in, want := range map[string]string{
-		"nats://127.0.0.1:4222":                      "nats://127.0.0.1:4222",
-		"nats://user:pw@a:4222, nats://token@b:4222": "nats://[redacted]@a:4222,nats://[redacted]@b:4222",
-		"nats://a:4222,nats://s3cr3t@b:4222":         "nats://a:4222,nats://[redacted]@b:4222",
-	} {
-		if got := redactURLs(in); got != want {
-			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // The prompts file is read in the run's turns mode: with --turns all an
 // earlier assistant turn is a placeholder whose text is neither required
 // nor counted.

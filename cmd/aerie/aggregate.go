@@ -26,7 +26,7 @@ func cmdAggregate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	nc, js, err := connect(nf, "aerie-aggregate", log)
+	nc, js, err := connect(ctx, nf, "aerie-aggregate", log)
 	if err != nil {
 		return err
 	}

@@ -1,21 +1,24 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/natsdial"
 )
 
 // connect opens a NATS connection that reconnects forever (a worker must
-// outlive a broker restart) and a JetStream context on it.
-func connect(nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+// outlive a broker restart) and a JetStream context on it. A server that
+// does not answer yet is waited for, up to --connect-wait.
+func connect(ctx context.Context, nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -35,27 +38,16 @@ func connect(nf *natsFlags, name string, log *slog.Logger) (*nats.Conn, jetstrea
 		return nil, nil, err
 	}
 	opts = append(opts, ao...)
-	nc, err := nats.Connect(nf.url, opts...)
+	nc, err := natsdial.Dial(ctx, nf.url, nf.connectWait, log, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (%s)", redact(nf.url), err, nf.connectHint(err))
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (%s)", natsdial.Redact(nf.url), err, nf.connectHint(err))
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, nil, fmt.Errorf("JetStream on %s: %w", redact(nf.url), err)
+		return nil, nil, fmt.Errorf("JetStream on %s: %w", natsdial.Redact(nf.url), err)
 	}
 	return nc, js, nil
-}
-
-// redact hides passwords in a comma-separated list of URLs.
-func redact(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // connectHint says what to do about a failed connection: credentials
@@ -79,6 +71,12 @@ func (nf *natsFlags) connectHint(err error) string {
 // authOptions are the options that identify the command: its credentials
 // or nkey, and the inbox prefix of its role.
 func (nf *natsFlags) authOptions() ([]nats.Option, error) {
+	if nf.envErr != nil {
+		return nil, nf.envErr
+	}
+	if nf.connectWait < 0 {
+		return nil, fmt.Errorf("--connect-wait %s: want 0 or more (0 fails at once when no server answers)", nf.connectWait)
+	}
 	opts := []nats.Option{nats.CustomInboxPrefix(auth.InboxPrefix(nf.role))}
 	if nf.creds != "" {
 		opts = append(opts, nats.UserCredentials(nf.creds))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,8 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSOptions: natsOpts, Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
+		NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.connectWait, Log: slog.Default(),
+		Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
 		YieldToServing: *yieldToServing, BatchPriority: *batchPriority,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,

@@ -131,7 +131,7 @@ func cmdExport(ctx context.Context, args []string) error {
 	var src dataset.Source = dataset.Files(runDir)
 	var streams *dataset.Streams
 	if *fromStream {
-		nc, js, err := connect(nf, "aerie-export", log)
+		nc, js, err := connect(ctx, nf, "aerie-export", log)
 		if err != nil {
 			return err
 		}

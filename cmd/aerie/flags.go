@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"io"
 	"log/slog"
 	"os"
@@ -14,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/fsmode"
+	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -111,6 +112,11 @@ type natsFlags struct {
 	tlsCA, tlsCert   string
 	tlsKey           string
 	role             auth.Role
+	// connectWait is how long the command waits at start-up for a
+	// server that does not answer (0: it fails at once); envErr is why
+	// AERIE_CONNECT_WAIT could not be read, reported when connecting.
+	connectWait time.Duration
+	envErr      error
 }
 
 func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
@@ -121,6 +127,16 @@ func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
 	fs.StringVar(&nf.tlsCA, "tls-ca", os.Getenv("AERIE_NATS_TLS_CA"), "PEM CA bundle that signed the NATS server's certificate (env AERIE_NATS_TLS_CA)")
 	fs.StringVar(&nf.tlsCert, "tls-cert", os.Getenv("AERIE_NATS_TLS_CERT"), "PEM client certificate, for a server that requires mutual TLS (env AERIE_NATS_TLS_CERT)")
 	fs.StringVar(&nf.tlsKey, "tls-key", os.Getenv("AERIE_NATS_TLS_KEY"), "PEM private key of --tls-cert (env AERIE_NATS_TLS_KEY)")
+	wait := natsdial.DefaultWait
+	if v := os.Getenv("AERIE_CONNECT_WAIT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			wait = d
+		} else {
+			nf.envErr = fmt.Errorf("AERIE_CONNECT_WAIT=%q is not a duration such as 2m or 0", v)
+		}
+	}
+	fs.DurationVar(&nf.connectWait, "connect-wait", wait,
+		"how long to wait at start-up for a NATS server that does not answer yet, trying again with a back-off and saying so every 10 s; 0 fails at once (env AERIE_CONNECT_WAIT)")
 	return nf
 }
 

@@ -195,7 +195,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	if sf.model == "" {
 		return errors.New("--model is required: the model name as the backend serves it (see the backend's /v1/models)")
 	}
-	nc, js, err := connect(nf, "aerie-produce", log)
+	nc, js, err := connect(ctx, nf, "aerie-produce", log)
 	if err != nil {
 		return err
 	}

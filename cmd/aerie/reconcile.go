@@ -42,7 +42,7 @@ func cmdReconcile(ctx context.Context, args []string) error {
 	if *prompts == "" {
 		return errors.New("--prompts is required: the JSONL file the run was produced from")
 	}
-	nc, js, err := connect(nf, "aerie-reconcile", log)
+	nc, js, err := connect(ctx, nf, "aerie-reconcile", log)
 	if err != nil {
 		return err
 	}

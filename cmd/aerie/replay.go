@@ -56,7 +56,7 @@ func cmdReplay(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("--reason: %w", err)
 	}
-	nc, js, err := connect(nf, "aerie-replay", log)
+	nc, js, err := connect(ctx, nf, "aerie-replay", log)
 	if err != nil {
 		return err
 	}

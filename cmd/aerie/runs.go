@@ -84,7 +84,7 @@ func cmdRunsList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(nf, "aerie-runs", log)
+	nc, js, err := connect(ctx, nf, "aerie-runs", log)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func cmdRunsRemove(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(nf, "aerie-runs", log)
+	nc, js, err := connect(ctx, nf, "aerie-runs", log)
 	if err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func cmdRunsSet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(nf, "aerie-runs", log)
+	nc, js, err := connect(ctx, nf, "aerie-runs", log)
 	if err != nil {
 		return err
 	}

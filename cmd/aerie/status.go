@@ -42,7 +42,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connect(nf, "aerie-status", log)
+	nc, js, err := connect(ctx, nf, "aerie-status", log)
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	nc, js, err := connect(nf, "aerie-work", log)
+	nc, js, err := connect(ctx, nf, "aerie-work", log)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,8 @@ func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key strin
 	if err != nil {
 		return err
 	}
-	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window,
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.connectWait, Log: log,
+		Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window,
 		YieldToServing: yield.on, BatchPriority: yield.priority})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
