@@ -29,11 +29,17 @@ func checkHealth(ctx context.Context, s *session) Result {
 		return fail("give --backend as the server's root URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)",
 			"%v", s.clientErr)
 	}
-	start := time.Now()
-	if err := s.client.Health(ctx); err != nil {
+	var took time.Duration
+	err := s.untilAnswered(ctx, healthURL(s.cfg.Backend)+" to answer 200", s.cfg.CheckTimeout, func(ctx context.Context) error {
+		start := time.Now()
+		err := s.client.Health(ctx)
+		took = time.Since(start)
+		return err
+	})
+	if err != nil {
 		return backendFailure(err)
 	}
-	return pass("%s answered 200 in %s", healthURL(s.cfg.Backend), formatDuration(time.Since(start)))
+	return pass("%s answered 200 in %s", healthURL(s.cfg.Backend), formatDuration(took))
 }
 
 // healthURL is the URL the health check probes: /health at the server's
@@ -56,7 +62,12 @@ func checkModel(ctx context.Context, s *session) Result {
 	if !s.passed("backend") {
 		return skip("backend not healthy (see backend)")
 	}
-	models, err := s.client.Models(ctx)
+	var models []openai.Model
+	err := s.untilAnswered(ctx, "the list of served models", s.cfg.CheckTimeout, func(ctx context.Context) error {
+		var err error
+		models, err = s.client.Models(ctx)
+		return err
+	})
 	if err != nil {
 		return backendFailure(err)
 	}
@@ -129,7 +140,12 @@ func checkCompletion(ctx context.Context, s *session) Result {
 	} else {
 		req.ReturnTokenIDs = s.cfg.ReturnTokenIDs
 	}
-	comp, err := s.client.ChatStream(ctx, req, nil)
+	var comp *openai.Completion
+	err := s.untilAnswered(ctx, "a test completion", s.cfg.CompletionTimeout, func(ctx context.Context) error {
+		var err error
+		comp, err = s.client.ChatStream(ctx, req, nil)
+		return err
+	})
 	if err != nil {
 		return backendFailure(err)
 	}
@@ -168,7 +184,10 @@ func checkPriority(ctx context.Context, s *session) Result {
 		priority = worker.DefaultBatchPriority
 	}
 	req := openai.ChatRequest{Model: model, Messages: []openai.Message{{Role: "user", Content: completionPrompt}}, MaxTokens: 1, Priority: priority}
-	_, err := s.client.ChatStream(ctx, req, nil)
+	err := s.untilAnswered(ctx, "a completion with a priority", s.cfg.CompletionTimeout, func(ctx context.Context) error {
+		_, err := s.client.ChatStream(ctx, req, nil)
+		return err
+	})
 	var apiErr *openai.APIError
 	switch {
 	case err != nil && errors.As(err, &apiErr) && apiErr.Status == http.StatusBadRequest && strings.Contains(apiErr.Error(), "Priority scheduling is not enabled"):

@@ -68,6 +68,12 @@ type Config struct {
 	// tries once. Log, when set, hears what it waits for.
 	NATSWait time.Duration
 	Log      *slog.Logger
+	// BackendWait is how long the backend checks wait for a backend that
+	// is starting or failing as one that sheds load does (a refused
+	// connection, 503, 429, a cut stream), trying again with a back-off
+	// (see untilAnswered); zero tries once. What an answer proves wrong
+	// fails at once.
+	BackendWait time.Duration
 	// Role is the aerie role whose credentials NATSOptions carry: the
 	// permissions check asks the server what they may do and names what
 	// that role's command (aerie work for the worker) would miss, and the
@@ -160,7 +166,7 @@ func (c Config) Validate() error {
 	if c.Workers < 0 || c.Window < 0 || c.MaxWindow < 0 {
 		errs = append(errs, fmt.Errorf("doctor: workers (%d), window (%d) and max window (%d) must not be negative", c.Workers, c.Window, c.MaxWindow))
 	}
-	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 || c.NATSWait < 0 {
+	if c.CheckTimeout < 0 || c.CompletionTimeout < 0 || c.ScanTimeout < 0 || c.NATSWait < 0 || c.BackendWait < 0 {
 		errs = append(errs, errors.New("doctor: timeouts must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -197,10 +203,11 @@ type check struct {
 	run       func(ctx context.Context, s *session) Result
 }
 
-func checkTimeout(c Config) time.Duration      { return c.CheckTimeout }
-func natsTimeout(c Config) time.Duration       { return c.CheckTimeout + c.NATSWait }
-func completionTimeout(c Config) time.Duration { return c.CompletionTimeout }
-func scanTimeout(c Config) time.Duration       { return c.ScanTimeout }
+func checkTimeout(c Config) time.Duration   { return c.CheckTimeout }
+func natsTimeout(c Config) time.Duration    { return c.CheckTimeout + c.NATSWait }
+func backendTimeout(c Config) time.Duration { return c.CheckTimeout + c.BackendWait }
+func answerTimeout(c Config) time.Duration  { return c.CompletionTimeout + c.BackendWait }
+func scanTimeout(c Config) time.Duration    { return c.ScanTimeout }
 
 // checks is every check, in the order they run. A check may use what an
 // earlier one found (the connection, the manifest, the served models);
@@ -212,11 +219,11 @@ var checks = []check{
 	{"streams", checkTimeout, false, checkStreams},
 	{"manifest", checkTimeout, true, checkManifest},
 	{"consumer", checkTimeout, false, checkConsumer},
-	{"backend", checkTimeout, true, checkHealth},
-	{"model", checkTimeout, true, checkModel},
+	{"backend", backendTimeout, true, checkHealth},
+	{"model", backendTimeout, true, checkModel},
 	{"context-length", scanTimeout, false, checkContextLength},
-	{"completion", completionTimeout, true, checkCompletion},
-	{"priority", completionTimeout, true, checkPriority},
+	{"completion", answerTimeout, true, checkCompletion},
+	{"priority", answerTimeout, true, checkPriority},
 	{"data-dir", checkTimeout, true, checkDataDir},
 	{"disk-space", checkTimeout, true, checkDiskSpace},
 	{"units", checkTimeout, false, checkUnits},
@@ -238,10 +245,12 @@ func Run(ctx context.Context, cfg Config) Report {
 // set; a worker host has none). It returns nil when none fails, and
 // otherwise a *PreflightError listing each failure with its fix.
 //
-// It does not wait for anything: a backend still loading its model fails
-// the backend check. A caller that starts before its backend should wait
-// for /health first, or retry Preflight. Warnings (a manifest not
-// produced yet, less free space than the run may write) do not fail it.
+// It waits for a NATS server that does not answer yet for up to
+// Config.NATSWait, and for a backend that is starting or shedding load
+// for up to Config.BackendWait; with both zero it waits for nothing, and
+// a backend still loading its model fails the backend check. Warnings (a
+// manifest not produced yet, less free space than the run may write) do
+// not fail it.
 func Preflight(ctx context.Context, cfg Config) error {
 	rep := run(ctx, cfg, true)
 	if !rep.Failed() {

@@ -38,7 +38,7 @@ func connect(ctx context.Context, nf *natsFlags, name string, log *slog.Logger) 
 		return nil, nil, err
 	}
 	opts = append(opts, ao...)
-	nc, err := natsdial.Dial(ctx, nf.url, nf.connectWait, log, opts...)
+	nc, err := natsdial.Dial(ctx, nf.url, nf.wait(), log, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (%s)", natsdial.Redact(nf.url), err, nf.connectHint(err))
 	}
@@ -71,11 +71,8 @@ func (nf *natsFlags) connectHint(err error) string {
 // authOptions are the options that identify the command: its credentials
 // or nkey, and the inbox prefix of its role.
 func (nf *natsFlags) authOptions() ([]nats.Option, error) {
-	if nf.envErr != nil {
-		return nil, nf.envErr
-	}
-	if nf.connectWait < 0 {
-		return nil, fmt.Errorf("--connect-wait %s: want 0 or more (0 fails at once when no server answers)", nf.connectWait)
+	if _, err := nf.connectWait.get(); err != nil {
+		return nil, err
 	}
 	opts := []nats.Option{nats.CustomInboxPrefix(auth.InboxPrefix(nf.role))}
 	if nf.creds != "" {
@@ -98,4 +95,10 @@ func (nf *natsFlags) authOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(nf.tlsCert, nf.tlsKey))
 	}
 	return opts, nil
+}
+
+// wait is --connect-wait, once authOptions has checked it.
+func (nf *natsFlags) wait() time.Duration {
+	d, _ := nf.connectWait.get()
+	return d
 }

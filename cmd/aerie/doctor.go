@@ -24,6 +24,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	yieldToServing := fs.Bool("yield-to-serving", false, "the workers will run with --yield-to-serving: the test completion carries their priority, and the backend must run vLLM's --scheduling-policy priority")
 	batchPriority := fs.Int("batch-priority", worker.DefaultBatchPriority, "with --yield-to-serving, the workers' --batch-priority")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
+	backendWait := addBackendWaitFlag(fs)
 	dataDir := addDataDirFlag(fs, "", "checks that <data-dir>/<run> is writable and has room; empty: skip")
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
 	workers := fs.Int("workers", doctor.DefaultWorkers, "workers that will share the run (GPU hosts); MaxAckPending must cover workers x window")
@@ -42,6 +43,10 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	bwait, err := backendWait.get()
+	if err != nil {
+		return err
+	}
 	role, err := doctorRole(*roleName, nf.nkey)
 	if err != nil {
 		return err
@@ -52,7 +57,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := doctor.Config{
-		NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.connectWait, Log: slog.Default(),
+		NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: bwait, Log: slog.Default(),
 		Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
 		YieldToServing: *yieldToServing, BatchPriority: *batchPriority,
 		Backend: bf.url, APIKey: key,

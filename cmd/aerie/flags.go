@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/openai"
@@ -113,10 +114,8 @@ type natsFlags struct {
 	tlsKey           string
 	role             auth.Role
 	// connectWait is how long the command waits at start-up for a
-	// server that does not answer (0: it fails at once); envErr is why
-	// AERIE_CONNECT_WAIT could not be read, reported when connecting.
-	connectWait time.Duration
-	envErr      error
+	// server that does not answer (0: it fails at once).
+	connectWait *waitFlag
 }
 
 func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
@@ -127,17 +126,51 @@ func addNATSFlags(fs *flag.FlagSet, role auth.Role) *natsFlags {
 	fs.StringVar(&nf.tlsCA, "tls-ca", os.Getenv("AERIE_NATS_TLS_CA"), "PEM CA bundle that signed the NATS server's certificate (env AERIE_NATS_TLS_CA)")
 	fs.StringVar(&nf.tlsCert, "tls-cert", os.Getenv("AERIE_NATS_TLS_CERT"), "PEM client certificate, for a server that requires mutual TLS (env AERIE_NATS_TLS_CERT)")
 	fs.StringVar(&nf.tlsKey, "tls-key", os.Getenv("AERIE_NATS_TLS_KEY"), "PEM private key of --tls-cert (env AERIE_NATS_TLS_KEY)")
-	wait := natsdial.DefaultWait
-	if v := os.Getenv("AERIE_CONNECT_WAIT"); v != "" {
+	nf.connectWait = addWaitFlag(fs, "connect-wait", "AERIE_CONNECT_WAIT", natsdial.DefaultWait,
+		"how long to wait at start-up for a NATS server that does not answer yet, trying again with a back-off and saying so every 10 s; 0 fails at once")
+	return nf
+}
+
+// waitFlag is a duration flag of how long to wait for something, whose
+// default an environment variable may set.
+type waitFlag struct {
+	name string
+	d    time.Duration
+	// envErr is why the environment variable could not be read:
+	// reported by get, when the command starts.
+	envErr error
+}
+
+// addWaitFlag declares --name, defaulting to the duration in the
+// environment variable env, then def.
+func addWaitFlag(fs *flag.FlagSet, name, env string, def time.Duration, help string) *waitFlag {
+	w := &waitFlag{name: name}
+	if v := os.Getenv(env); v != "" {
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			wait = d
+			def = d
 		} else {
-			nf.envErr = fmt.Errorf("AERIE_CONNECT_WAIT=%q is not a duration such as 2m or 0", v)
+			w.envErr = fmt.Errorf("%s=%q is not a duration such as %s or 0", env, v, def)
 		}
 	}
-	fs.DurationVar(&nf.connectWait, "connect-wait", wait,
-		"how long to wait at start-up for a NATS server that does not answer yet, trying again with a back-off and saying so every 10 s; 0 fails at once (env AERIE_CONNECT_WAIT)")
-	return nf
+	fs.DurationVar(&w.d, name, def, help+" (env "+env+")")
+	return w
+}
+
+// get returns the wait, or what is wrong with it.
+func (w *waitFlag) get() (time.Duration, error) {
+	if w.envErr != nil {
+		return 0, w.envErr
+	}
+	if w.d < 0 {
+		return 0, fmt.Errorf("--%s %s: want 0 or more (0: do not wait)", w.name, w.d)
+	}
+	return w.d, nil
+}
+
+// addBackendWaitFlag declares --backend-wait.
+func addBackendWaitFlag(fs *flag.FlagSet) *waitFlag {
+	return addWaitFlag(fs, "backend-wait", "AERIE_BACKEND_WAIT", doctor.DefaultBackendWait,
+		"how long to wait at start-up for a backend that is starting (/health answers 503, or nothing listens yet) or sheds load (429, 5xx), trying again with a back-off and saying so every 30 s; a refused key, an unknown model or a 404 fail at once; 0 does not wait")
 }
 
 // The flags below are shared by several commands: each is declared here

@@ -21,6 +21,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	prompts := fs.String("prompts", "", "JSONL file of prompts")
 	dataDir := addDataDirFlag(fs, "./data", "the embedded NATS server's store is <data-dir>/nats")
 	bf := addBackendFlags(fs, "", "empty: the built-in simulator (--sim-* flags)")
+	backendWait := addBackendWaitFlag(fs)
 	workers := fs.Int("workers", 1, "workers in this process")
 	window := addWorkerWindowFlags(fs)
 	yield := addYieldFlags(fs)
@@ -60,6 +61,10 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	if key == "" && bf.url == "" {
 		key = sim.APIKey // the built-in simulator's --sim-api-key
+	}
+	bwait, err := backendWait.get()
+	if err != nil {
+		return err
 	}
 
 	// The data directory is made here, with the modes the umask leaves,
@@ -112,6 +117,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
+				BackendWait: bwait, Log: log,
 				DataDir: *dataDir, Workers: *workers, Window: window.size, ReturnTokenIDs: sf.returnTokenIDs,
 				YieldToServing: yield.on, BatchPriority: yield.priority,
 			})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/doctor"
@@ -22,6 +23,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	runList := fs.String("runs", "", "serve these runs (comma-separated), sharing the window by each run's priority and weight (aerie runs set); a run produced later is served when its manifest appears")
 	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
+	backendWait := addBackendWaitFlag(fs)
 	window := addWorkerWindowFlags(fs)
 	yield := addYieldFlags(fs)
 	grace := addGraceFlag(fs)
@@ -51,13 +53,17 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	bwait, err := backendWait.get()
+	if err != nil {
+		return err
+	}
 	oc := bf.clientConfig()
 	oc.FirstTokenTimeout, oc.IdleTimeout, oc.RequestTimeout = *firstToken, *idle, *total
 	client, err := openai.New(oc)
 	if err != nil {
 		return err
 	}
-	if err := preflightWorker(ctx, nf, *run, bf.url, key, window.size, yield, log); err != nil {
+	if err := preflightWorker(ctx, nf, *run, bf.url, key, bwait, window.size, yield, log); err != nil {
 		return err
 	}
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
@@ -113,12 +119,12 @@ func workerRuns(run, list string, all bool) ([]string, error) {
 // that what can be seen at T+0 is reported at T+0. A backend that is not
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
-func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, window int, yield *yieldFlags, log *slog.Logger) error {
+func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, backendWait time.Duration, window int, yield *yieldFlags, log *slog.Logger) error {
 	natsOpts, err := nf.authOptions()
 	if err != nil {
 		return err
 	}
-	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.connectWait, Log: log,
+	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: backendWait, Log: log,
 		Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window,
 		YieldToServing: yield.on, BatchPriority: yield.priority})
 	var pe *doctor.PreflightError
