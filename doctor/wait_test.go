@@ -3,9 +3,6 @@ package doctor_test
 import (
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,33 +11,14 @@ import (
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
 )
 
-// starting is a backend in front of a simulator that answers /health
-// with 503 its first healthFails times, as vLLM does while it loads its
-// model, and its first chatFails completions with status chatStatus. It
-// returns its URL and the count of completions asked for.
+// starting is simtest.Starting in front of a simulator of the test's
+// model.
 func starting(t *testing.T, healthFails, chatFails int64, chatStatus int) (string, *atomic.Int64) {
 	t.Helper()
-	target, err := url.Parse(startSim(t, simulator.Config{Model: testModel}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var health atomic.Int64
-	chat := new(atomic.Int64)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == "/health" && health.Add(1) <= healthFails:
-			http.Error(w, "loading", http.StatusServiceUnavailable)
-		case strings.HasSuffix(r.URL.Path, "/chat/completions") && chat.Add(1) <= chatFails:
-			http.Error(w, `{"error": {"message": "busy"}}`, chatStatus)
-		default:
-			proxy.ServeHTTP(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, chat
+	return simtest.Starting(t, startSim(t, simulator.Config{Model: testModel}), healthFails, chatFails, chatStatus)
 }
 
 // A backend that is starting, then sheds a request, is waited for within

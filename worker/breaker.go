@@ -11,7 +11,12 @@ import (
 // answer them. A run of consecutive server faults (5xx, errors inside a
 // stream, connections refused or cut, no answer in time) with no success
 // in between opens it, and so does a single configuration fault (our
-// credentials refused, the run's model not served). While open the
+// credentials refused, the run's model not served). A run of faults is
+// evidence of an outage only if the server's health check fails too: a
+// server that sheds load answers a few requests with 503 or 429 in a row
+// while /health says it is up, and pausing for that costs a whole probe
+// cycle. So when the run reaches the threshold the breaker asks health
+// first; if it passes, only healthyFactor times the threshold opens it. While open the
 // worker pulls nothing, hands back prompts whose requests fail without
 // counting it against them, and probes the backend with backoff; the
 // first probe that passes closes it. The zero value is not usable; see
@@ -19,6 +24,9 @@ import (
 type breaker struct {
 	threshold int
 	probe     func(context.Context) error
+	// health asks the server whether it is up (vLLM's /health); nil when
+	// the backend cannot say, and the threshold alone opens the breaker.
+	health func(context.Context) error
 	// onChange is called, without the lock held, when the breaker opens
 	// or closes.
 	onChange func(open bool, reason string)
@@ -28,6 +36,12 @@ type breaker struct {
 
 	mu       sync.Mutex
 	failures int // consecutive server faults
+	// asked is non-nil while a request's goroutine asks health, and
+	// closed when it has the answer: the others wait for it rather than
+	// count their faults against their prompts meanwhile. healthy counts
+	// the times health passed with the threshold reached.
+	asked    chan struct{}
+	healthy  int
 	open     bool
 	reason   string
 	openedAt time.Time
@@ -42,6 +56,16 @@ type breaker struct {
 // an outage costs only a handful of requests.
 const DefaultBreakerThreshold = 5
 
+// healthyFactor times the threshold of consecutive faults opens the
+// breaker even while health passes: a server whose /health answers but
+// that fails every request is down for the run all the same, and each
+// fault counts against a prompt while the breaker is closed.
+const healthyFactor = 4
+
+// healthTimeout bounds the health question asked as the threshold is
+// reached.
+const healthTimeout = 5 * time.Second
+
 // Probes of a paused worker start probeBase apart and back off to
 // probeMax: a probe is cheap (a file read, /health, /v1/models), and a
 // fixed backend or key file should put the worker back to work within a
@@ -51,8 +75,8 @@ const (
 	probeMax  = 5 * time.Second
 )
 
-func newBreaker(threshold int, probe func(context.Context) error, onChange func(bool, string), onProbeFailure func(error, time.Duration)) *breaker {
-	b := &breaker{threshold: threshold, probe: probe, onChange: onChange, onProbeFailure: onProbeFailure,
+func newBreaker(threshold int, probe, health func(context.Context) error, onChange func(bool, string), onProbeFailure func(error, time.Duration)) *breaker {
+	b := &breaker{threshold: threshold, probe: probe, health: health, onChange: onChange, onProbeFailure: onProbeFailure,
 		closed: make(chan struct{}), opened: make(chan struct{}, 1)}
 	close(b.closed)
 	return b
@@ -76,6 +100,9 @@ func (b *breaker) record(err error) (open bool) {
 		b.failures++
 	}
 	opening := !b.open && (f == misconfigured || b.failures >= b.threshold)
+	if opening && f == serverFault && b.health != nil && b.failures < healthyFactor*b.threshold {
+		opening = b.downByHealth()
+	}
 	if opening {
 		b.open = true
 		b.reason = pauseReason(f, err)
@@ -92,6 +119,37 @@ func (b *breaker) record(err error) (open bool) {
 		b.onChange(true, reason)
 	}
 	return open
+}
+
+// downByHealth asks health, with b.mu held on entry and on return,
+// whether a run of faults at the threshold is an outage: true when the
+// question fails and the breaker is not open yet. While another
+// goroutine asks, it waits for that answer, which opens the breaker or
+// not, and says no.
+func (b *breaker) downByHealth() bool {
+	if ch := b.asked; ch != nil {
+		b.mu.Unlock()
+		<-ch
+		b.mu.Lock()
+		return false
+	}
+	ch := make(chan struct{})
+	b.asked = ch
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), healthTimeout)
+	err := b.health(ctx)
+	cancel()
+	b.mu.Lock()
+	b.asked = nil
+	if err == nil {
+		b.healthy++
+		close(ch)
+		return false
+	}
+	// The waiters wake once the caller has opened the breaker: they
+	// read it open when they take the lock after it.
+	defer close(ch)
+	return !b.open
 }
 
 // pauseReason says, for heartbeats and logs, why a fault paused the

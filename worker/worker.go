@@ -154,7 +154,11 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		beatNow: make(chan struct{}, 1),
 	}
 	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
-	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, func(open bool, reason string) {
+	var health func(context.Context) error
+	if h, ok := backend.(healthChecker); ok {
+		health = h.Health
+	}
+	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, health, func(open bool, reason string) {
 		if open {
 			w.log.Warn("pausing: no more pulls; prompts whose requests fail are handed back without counting against them; probing the backend", "reason", reason)
 		} else {

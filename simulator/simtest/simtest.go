@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aerie-dev/aerie/simulator"
@@ -67,4 +68,32 @@ func ChatProxy(t testing.TB, backendURL string, edit func(body map[string]any)) 
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// Starting serves, until the test ends, a proxy in front of the backend
+// at backendURL that answers /health with 503 its first healthFails
+// times, as vLLM does while it loads its model, and its first chatFails
+// chat completions with status chatStatus, as a server shedding load
+// does. It returns its URL and the count of chat completions asked for.
+func Starting(t testing.TB, backendURL string, healthFails, chatFails int64, chatStatus int) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(backendURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var health atomic.Int64
+	chats := new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/health" && health.Add(1) <= healthFails:
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+		case r.URL.Path == "/v1/chat/completions" && chats.Add(1) <= chatFails:
+			http.Error(w, `{"error": {"message": "busy"}}`, chatStatus)
+		default:
+			proxy.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, chats
 }
