@@ -47,6 +47,9 @@ const (
 type engine struct {
 	cfg  Config
 	kick chan struct{} // wakes an idle loop when work arrives
+	// running is closed once the loop has started: /health answers 200
+	// from then on (Server.Serve waits for it before it serves).
+	running chan struct{}
 
 	mu         sync.Mutex
 	started    bool
@@ -89,6 +92,7 @@ func newEngine(cfg Config) *engine {
 	return &engine{
 		cfg:      cfg,
 		kick:     make(chan struct{}, 1),
+		running:  make(chan struct{}),
 		kvCap:    blocksFor(cfg.KVCacheTokens),
 		prefixes: newPrefixCache(cfg.PrefixCache),
 		ttft:     newHistogram(ttftBuckets),
@@ -177,6 +181,7 @@ func (e *engine) run(ctx context.Context) error {
 	}
 	e.started = true
 	e.mu.Unlock()
+	close(e.running)
 	defer e.stop()
 
 	ticker := time.NewTicker(tickInterval)

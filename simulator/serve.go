@@ -14,7 +14,9 @@ import (
 // engine and closes the connections left.
 const shutdownGrace = 5 * time.Second
 
-// Serve runs the engine and serves HTTP on l until ctx ends. Then it
+// Serve runs the engine and, once it runs, serves HTTP on l until ctx
+// ends: a client that connects earlier waits in l's backlog instead of
+// meeting a 503 from /health. Then it
 // stops accepting connections, ends hung requests, gives the others up
 // to 5s to finish, stops the engine and closes what is left. It returns
 // nil after a shutdown that ctx asked for.
@@ -27,6 +29,17 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	defer stopEngine()
 	runDone := make(chan error, 1)
 	go func() { runDone <- s.Run(engineCtx) }()
+	// Serve nothing before the engine runs: /health would answer 503,
+	// and a client that checks it first (a preflight) would give up.
+	select {
+	case <-s.eng.running:
+	case err := <-runDone:
+		l.Close()
+		return err
+	case <-ctx.Done():
+		l.Close()
+		return nil
+	}
 
 	addr := l.Addr()
 	var (
