@@ -43,6 +43,10 @@ type Config struct {
 	Port int
 	// MaxPayload in bytes; zero means DefaultMaxPayload.
 	MaxPayload int32
+	// MaxStore bounds JetStream's file store in bytes (max_file_store);
+	// zero leaves it to the server, which takes most of the disk's free
+	// space. Tests of a small store set it.
+	MaxStore int64
 	// SyncInterval is how often JetStream flushes to disk. Zero means every
 	// write is fsynced before it is acknowledged ("sync_interval: always"):
 	// JetStream's own default of two minutes can lose acknowledged prompts
@@ -124,14 +128,15 @@ func Start(cfg Config) (*Server, error) {
 		name = "aerie"
 	}
 	opts := &server.Options{
-		ServerName: name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		MaxPayload: maxPayload,
-		NoSigs:     true,
-		Nkeys:      cfg.Users,
+		ServerName:        name,
+		Host:              host,
+		Port:              port,
+		JetStream:         true,
+		StoreDir:          cfg.StoreDir,
+		JetStreamMaxStore: cfg.MaxStore,
+		MaxPayload:        maxPayload,
+		NoSigs:            true,
+		Nkeys:             cfg.Users,
 	}
 	if cfg.TLS != nil {
 		opts.TLS = true

@@ -116,7 +116,7 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 			Storage:     jetstream.FileStorage,
 			Replicas:    opts.Replicas,
 			MaxAge:      DefaultEventsMaxAge,
-			MaxBytes:    1 << 30,
+			MaxBytes:    DefaultEventsMaxBytes, // or less on a small store: createEvents
 			Discard:     jetstream.DiscardOld,
 		},
 		{
@@ -131,7 +131,13 @@ func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 		},
 	}
 	for _, cfg := range configs {
-		if err := ensureStream(ctx, js, cfg); err != nil {
+		ensure := ensureStream
+		if cfg.Name == schema.EventsStream {
+			ensure = func(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+				return createEvents(ctx, js, cfg, opts.Logger)
+			}
+		}
+		if err := ensure(ctx, js, cfg); err != nil {
 			return err
 		}
 		if cfg.AllowAtomicPublish {
