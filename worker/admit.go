@@ -17,6 +17,7 @@ import (
 func (w *Worker) admit(ctx context.Context) []laneGrant {
 	for {
 		w.breaker.wait(ctx)
+		w.room.wait(ctx)
 		changed := w.lanesChanged.watch()
 		n := w.win.acquirePull(ctx, w.win.capacity())
 		if n == 0 {

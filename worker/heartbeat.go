@@ -67,6 +67,9 @@ func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
 	if open, reason := w.breaker.isOpen(); open {
 		hb.Paused, hb.PausedReason = true, reason
 	}
+	if full, _ := w.room.isFull(); full {
+		hb.Paused, hb.PausedReason = true, storeFullReason
+	}
 	if r := w.paused.Load(); r != nil {
 		hb.Paused, hb.PausedReason = true, *r
 	}

@@ -240,7 +240,7 @@ type stateCollector struct {
 	w                                    *Worker
 	inFlight, generating, window, tokens *prometheus.Desc
 	breakerOpen, pausedSeconds           *prometheus.Desc
-	tailHold, consumerFull               *prometheus.Desc
+	tailHold, consumerFull, storeFull    *prometheus.Desc
 }
 
 func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
@@ -256,12 +256,13 @@ func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
 		breakerOpen:   desc("aerie_worker_breaker_open", "1 while the worker's circuit breaker is open (backend down or refusing the run: no pulls, probing), 0 while closed."),
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
 		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt of the run because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
+		storeFull:     desc("aerie_worker_store_full", "1 while the JetStream store has no room for the worker's results: it pulls nothing and keeps the answers it holds until they are stored; 0 otherwise."),
 		consumerFull:  desc("aerie_worker_consumer_full", "1 from when the run's consumer is found with as many prompts delivered and unsettled as its MaxAckPending, prompts waiting and this worker's slots free (no worker gets more until some are settled), until it is seen with room; 0 otherwise."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.consumerFull} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.consumerFull, c.storeFull} {
 		ch <- d
 	}
 }
@@ -269,6 +270,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	w := c.w
 	open, _ := w.breaker.isOpen()
+	full, _ := w.room.isFull()
 	generating, window, paused := float64(w.generating.Load()), float64(w.win.capacity()), w.breaker.pausedFor().Seconds()
 	lanes := w.serving()
 	if len(lanes) == 0 && w.cfg.Run != "" {
@@ -290,6 +292,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.pausedSeconds, paused)
 		gauge(c.tailHold, boolValue(l.tailHold.Load()))
 		gauge(c.consumerFull, boolValue(l.consumerFull.Load()))
+		gauge(c.storeFull, boolValue(full))
 	}
 }
 

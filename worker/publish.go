@@ -205,6 +205,7 @@ func (w *Worker) storeAlone(ctx context.Context, m *nats.Msg, deadline time.Time
 		ack, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))
 		cancel()
 		if err == nil {
+			w.room.roomAgain(w.log)
 			return !ack.Duplicate, nil
 		}
 		if provision.IsAlreadyStored(err) {
@@ -214,11 +215,25 @@ func (w *Worker) storeAlone(ctx context.Context, m *nats.Msg, deadline time.Time
 			return false, fmt.Errorf("publish %s: %d bytes is over the server's max_payload (%d bytes): raise max_payload in the NATS server configuration: %w",
 				m.Subject, len(m.Data), w.nc.MaxPayload(), err)
 		}
-		if time.Now().After(deadline) {
-			return false, fmt.Errorf("publish %s: gave up after %d attempts: %w", m.Subject, i, err)
+		if isStoreFull(err) {
+			// No deadline: the answer is kept until there is room, or
+			// until the worker stops (then the prompt goes back).
+			w.room.fullNow(err, w.log)
+			if ctx.Err() != nil {
+				return false, fmt.Errorf("publish %s: the JetStream store is full, and the worker stops: %w", m.Subject, err)
+			}
+		} else {
+			if time.Now().After(deadline) {
+				return false, fmt.Errorf("publish %s: gave up after %d attempts: %w", m.Subject, i, err)
+			}
+			w.log.Warn("publish failed; retrying", "subject", m.Subject, "attempt", i, "err", err)
 		}
-		w.log.Warn("publish failed; retrying", "subject", m.Subject, "attempt", i, "err", err)
-		time.Sleep(retryDelay(i, 200*time.Millisecond, 5*time.Second))
+		t := time.NewTimer(retryDelay(i, 200*time.Millisecond, 5*time.Second))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 	}
 }
 

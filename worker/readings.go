@@ -105,7 +105,8 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 	r := readings{now: time.Now(), generating: int(w.generating.Load())}
 	r.size, r.taken, r.pulling = w.win.state()
 	open, _ := w.breaker.isOpen()
-	r.paused = open || w.paused.Load() != nil
+	full, _ := w.room.isFull()
+	r.paused = open || full || w.paused.Load() != nil
 	if w.cfg.YieldToServing || w.cfg.AutoWindow && !m.load.fixed {
 		if mr, ok := w.backend.(metricsReader); ok {
 			load, err := w.readLoad(ctx, mr)

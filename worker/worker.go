@@ -106,6 +106,9 @@ type Worker struct {
 	// known, which slower workers wait for (hintlimit.go).
 	speed   atomic.Uint64
 	beatNow chan struct{}
+	// room holds the pulls while the JetStream store is full
+	// (storefull.go).
+	room storeGate
 }
 
 // flight is one request being generated.
@@ -194,6 +197,9 @@ type Stats struct {
 	// free: see ackroom.go.
 	ConsumerFull bool
 	Paused       time.Duration
+	// StoreFull is the time spent waiting for room in a full JetStream
+	// store (storefull.go).
+	StoreFull time.Duration
 	// AlreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery had stored, without being generated again.
 	AlreadySettled int64
@@ -237,6 +243,7 @@ func (w *Worker) Stats() Stats {
 		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
 		Paused: w.breaker.pausedFor(), Runs: map[string]RunStats{},
 	}
+	_, s.StoreFull = w.room.isFull()
 	for _, l := range w.serving() {
 		s.Runs[l.run] = RunStats{InFlight: int(l.n.held.Load()), TokensStreamed: l.n.tokens.Load(), Turns: l.n.turns.Load(),
 			Completed: l.n.completed.Load(), DeadLettered: l.n.deadLettered.Load(), Retry: l.n.retried.Load(),
