@@ -150,6 +150,9 @@ const (
 	failSync
 	// failAsync: the future reports an error; nothing is sent.
 	failAsync
+	// noRoomAsync: the future reports the server's "insufficient
+	// resources" of a full store; nothing is sent.
+	noRoomAsync
 	// loseAck: the message is published, but the future reports a
 	// timeout as if the acknowledgement were lost.
 	loseAck
@@ -183,6 +186,8 @@ func (f *faultyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (j
 		return nil, errors.New("injected outage")
 	case failAsync:
 		return newErrFuture(m, jetstream.ErrNoStreamResponse), nil
+	case noRoomAsync:
+		return newErrFuture(m, &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}), nil
 	case loseAck:
 		if _, err := f.JetStream.PublishMsgAsync(m, opts...); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,7 +78,7 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	if err != nil {
 		return nil, false, fmt.Errorf("produce run %s: %w", cfg.Run, err)
 	}
-	_, err = kv.Create(ctx, cfg.Run, b)
+	err = createWaitingForRoom(ctx, kv, cfg.Run, b, cfg.Logger)
 	if err == nil {
 		return m, true, nil
 	}
@@ -205,4 +206,37 @@ func optStrings(s []string) string {
 		q[i] = strconv.Quote(v)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// createWaitingForRoom creates key in kv, and while the JetStream store
+// is full tries again with a back-off until it has room or ctx ends,
+// saying so and what to do when it first finds it full and every
+// storeFullLogEvery after.
+func createWaitingForRoom(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, log *slog.Logger) error {
+	var since, logged time.Time
+	for n := 1; ; n++ {
+		_, err := kv.Create(ctx, key, value)
+		if err == nil && !since.IsZero() {
+			log.Info("the JetStream store has room again: queuing goes on", "run", key, "waited", time.Since(since).Round(time.Second))
+		}
+		if !provision.IsNoRoom(err) {
+			return err
+		}
+		now := time.Now()
+		if since.IsZero() {
+			since = now
+		}
+		if logged.IsZero() || now.Sub(logged) >= storeFullLogEvery {
+			logged = now
+			log.Error("the JetStream store is full: the run's manifest waits for room; free space with aerie runs rm of an old run, or raise the server's max_file_store",
+				"run", key, "waiting", now.Sub(since).Round(time.Second), "err", err)
+		}
+		t := time.NewTimer(backoff(min(n, 5)))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (stopped waiting for room: %w)", err, ctx.Err())
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -72,6 +73,9 @@ const (
 	alreadyThere
 	// retry: the attempt failed in a way another attempt may not.
 	retry
+	// noRoom: the store is full; the prompt waits for room without
+	// counting the attempt.
+	noRoom
 	// permanent: another attempt would fail the same way.
 	permanent
 )
@@ -92,6 +96,9 @@ func classify(ack *jetstream.PubAck, err error) verdict {
 		errors.Is(err, context.Canceled),
 		errors.Is(err, context.DeadlineExceeded):
 		return permanent
+	}
+	if provision.IsNoRoom(err) {
+		return noRoom
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
@@ -143,6 +150,50 @@ type publisher struct {
 	already   int
 	failed    []Problem
 	nFailed   int
+
+	// log hears that the store is full; fullSince is when it was found
+	// full (zero while it has room), fullLogged when that was last said.
+	log                   *slog.Logger
+	fullSince, fullLogged time.Time
+}
+
+// storeFullLogEvery is how often a producer waiting for room says so.
+const storeFullLogEvery = 30 * time.Second
+
+// waitRoom records a prompt refused for want of room in the store: it is
+// tried again with the back-off, the attempt not counted, for as long as
+// the produce runs. The first refusal, and one every storeFullLogEvery,
+// say what to do.
+func (p *publisher) waitRoom(e *entry, err error) {
+	p.mu.Lock()
+	now := time.Now()
+	first := p.fullSince.IsZero()
+	if first {
+		p.fullSince = now
+	}
+	say := first || now.Sub(p.fullLogged) >= storeFullLogEvery
+	if say {
+		p.fullLogged = now
+	}
+	since := p.fullSince
+	p.mu.Unlock()
+	if say && p.log != nil {
+		p.log.Error("the JetStream store is full: queuing waits for room; free space with aerie runs rm of an old run, or raise the server's max_file_store",
+			"run", p.run, "waiting", now.Sub(since).Round(time.Second), "err", err)
+	}
+	e.attempts = max(e.attempts-1, 0)
+	e.retryAt = now.Add(backoff(4))
+}
+
+// roomAgain records a prompt stored after the store was found full.
+func (p *publisher) roomAgain() {
+	p.mu.Lock()
+	since := p.fullSince
+	p.fullSince = time.Time{}
+	p.mu.Unlock()
+	if !since.IsZero() && p.log != nil {
+		p.log.Info("the JetStream store has room again: queuing goes on", "run", p.run, "waited", time.Since(since).Round(time.Second))
+	}
 }
 
 // newPublisher prepares the publishing of prompts to stream (the prompts
@@ -159,7 +210,7 @@ func newPublisher(js jetstream.JetStream, cfg Config, stream jetstream.Stream, l
 	}
 	return &publisher{
 		js: js, stream: stream, run: cfg.Run, file: cfg.PromptsFile, retries: cfg.Retries, ackTimeout: cfg.AckTimeout,
-		startSeq: startSeq, limit: limit, meter: m, batch: batch,
+		startSeq: startSeq, limit: limit, meter: m, batch: batch, log: cfg.Logger,
 		slots:    make(chan struct{}, cfg.MaxPending),
 		inflight: make(chan *entry, cfg.MaxPending),
 		retry:    make(chan *entry, cfg.MaxPending),
@@ -353,6 +404,7 @@ func (p *publisher) settleBatched(ctx context.Context, e *entry, timer *time.Tim
 	switch {
 	case o == batchstore.Stored:
 		e.attempts++
+		p.roomAgain()
 		p.succeed(e, false)
 	case ctx.Err() != nil:
 		p.fail(e, interruptedReason(e, ctx.Err()))
@@ -414,8 +466,14 @@ func (p *publisher) settle(ctx context.Context, e *entry, ack *jetstream.PubAck,
 	if v == retry && e.attempts >= p.retries {
 		v = permanent
 	}
+	if v == noRoom {
+		p.waitRoom(e, err)
+		p.retry <- e
+		return
+	}
 	switch v {
 	case stored:
+		p.roomAgain()
 		p.succeed(e, false)
 	case alreadyThere:
 		p.succeed(e, !(e.attempts > 1 && p.storedByThisProduce(e, ack)))

@@ -22,10 +22,6 @@ const minEventsMaxBytes = 16 << 20
 // DefaultEventsMaxBytes: the prompts, results and turns need the rest.
 const eventsShare = 8
 
-// errNoRoom is JetStream's answer to a stream that asks for more bytes
-// than its store or account can reserve (err_code 10047).
-const errNoRoom = 10047
-
 // createEvents creates the events stream of cfg, bounded by
 // DefaultEventsMaxBytes, or on a JetStream store too small to reserve
 // that (max_file_store, or the account's limit), by an eighth of what it
@@ -62,8 +58,8 @@ func createEvents(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 			return nil
 		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
 			return nil // created concurrently by another process
-		case !isNoRoom(err) || size/2 < minEventsMaxBytes:
-			if isNoRoom(err) {
+		case !IsNoRoom(err) || size/2 < minEventsMaxBytes:
+			if IsNoRoom(err) {
 				return fmt.Errorf("create stream %s: the JetStream store cannot reserve even %d MiB for aerie's events (its max_file_store, or the account's max_store, is nearly used up): free space with aerie runs rm, or give the server more: %w",
 					cfg.Name, size>>20, err)
 			}
@@ -72,9 +68,20 @@ func createEvents(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	}
 }
 
-// isNoRoom reports whether err is JetStream's "insufficient storage
-// resources available".
-func isNoRoom(err error) bool {
+// IsNoRoom reports whether err is JetStream refusing for want of room:
+// a stream that asks to reserve more than the store or the account has
+// left, or a message when the store (max_file_store) or the account's
+// limit is used up.
+func IsNoRoom(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errNoRoom
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10023, // insufficient resources: the server's store is used up
+		10047, // insufficient storage resources available: cannot reserve
+		10002: // resource limits exceeded for account
+		return true
+	}
+	return false
 }

@@ -215,7 +215,7 @@ func (w *Worker) storeAlone(ctx context.Context, m *nats.Msg, deadline time.Time
 			return false, fmt.Errorf("publish %s: %d bytes is over the server's max_payload (%d bytes): raise max_payload in the NATS server configuration: %w",
 				m.Subject, len(m.Data), w.nc.MaxPayload(), err)
 		}
-		if isStoreFull(err) {
+		if provision.IsNoRoom(err) {
 			// No deadline: the answer is kept until there is room, or
 			// until the worker stops (then the prompt goes back).
 			w.room.fullNow(err, w.log)

@@ -2,12 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A JetStream store that fills mid-run refuses every result the workers
@@ -33,22 +30,6 @@ type storeGate struct {
 	logged time.Time
 	room   chan struct{} // closed when the store has room again; nil while it has
 	total  time.Duration // time spent full, before since
-}
-
-// isStoreFull reports whether err is JetStream refusing a message for
-// want of room: the server's store or the account's limit used up.
-func isStoreFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case 10023, // insufficient resources
-		10047, // insufficient storage resources available
-		10002: // resource limits exceeded for account
-		return true
-	}
-	return false
 }
 
 // fullNow records a refusal for want of room, logging when the store
