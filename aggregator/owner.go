@@ -202,7 +202,11 @@ func (o *owner) keep(ctx context.Context) error {
 			if errors.As(err, &held) {
 				return fmt.Errorf("aggregator: lost the right to write run %s to %s: stopping (this one could not renew its lease in time)", o.run, held.Holder)
 			}
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case provision.IsNoRoom(err):
+				o.log.Warn("cannot renew the aggregator's lease: the JetStream store is full; output waits until there is room (remove an old run with aerie runs rm, or raise the server's max_file_store)", "err", err)
+			default:
 				o.log.Warn("cannot renew the aggregator's lease; output waits until it is renewed", "err", err)
 			}
 		}
