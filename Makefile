@@ -141,7 +141,10 @@ eta-study:
 # exact length hints (BenchmarkLongestFirst, at real speed: faster, a
 # 2-core machine cannot keep up with their answers); and the prompt
 # tokens prefilled for 4 samples a prompt, in one request and as separate
-# ones, against one sample (BenchmarkSamplesPrefill).
+# ones, against one sample (BenchmarkSamplesPrefill); and, BENCHN times,
+# the CPU per prompt of every process of a zero-latency run, each role in
+# its own, against a plain client's in the same run (BenchmarkCPUPerPrompt;
+# AERIE_CPU_PROMPTS sets its size, 10,000 by default).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
@@ -154,6 +157,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkPriority|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
 	AERIE_MAKESPAN_SPEED=1 $(GO) test -run '^$$' -bench '^BenchmarkLongestFirst$$' -benchtime $(BENCHN)x -timeout 60m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkSamplesPrefill$$' -benchtime $(BENCHN)x -timeout 10m ./worker/
+	$(GO) test -run '^$$' -bench '^BenchmarkCPUPerPrompt$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

@@ -172,6 +172,14 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
+	if args := os.Getenv(plainClientEnv); args != "" {
+		// A process of BenchmarkCPUPerPrompt: the plain client.
+		if err := runPlainClient(args); err != nil {
+			fmt.Fprintln(os.Stderr, "plain client:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
@@ -181,7 +189,7 @@ func TestMain(m *testing.M) {
 
 // buildAerie builds the aerie binary (once) and returns its path; with
 // -short it skips the test instead.
-func buildAerie(t *testing.T) string {
+func buildAerie(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -203,7 +211,7 @@ func buildAerie(t *testing.T) string {
 }
 
 // aerie starts the binary and returns without waiting.
-func aerie(t *testing.T, bin string, args ...string) *proc {
+func aerie(t testing.TB, bin string, args ...string) *proc {
 	t.Helper()
 	return aerieEnv(t, bin, nil, args...)
 }
@@ -211,7 +219,7 @@ func aerie(t *testing.T, bin string, args ...string) *proc {
 // aerieEnv starts the binary in an environment without any AERIE_
 // variable of the test's own but env (KEY=value), and returns without
 // waiting.
-func aerieEnv(t *testing.T, bin string, env []string, args ...string) *proc {
+func aerieEnv(t testing.TB, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
@@ -231,7 +239,7 @@ func aerieEnv(t *testing.T, bin string, env []string, args ...string) *proc {
 
 // start runs a long-lived process, stopped with SIGTERM when the test
 // ends.
-func start(t *testing.T, bin string, args ...string) *proc {
+func start(t testing.TB, bin string, args ...string) *proc {
 	t.Helper()
 	p := aerie(t, bin, args...)
 	t.Cleanup(func() {
@@ -252,7 +260,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) wait(t *testing.T, timeout time.Duration) {
+func (p *proc) wait(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	select {
 	case err := <-p.done:
@@ -284,9 +292,9 @@ func countLines(path string) int {
 	return bytes.Count(b, []byte("\n"))
 }
 
-func freeAddr(t *testing.T) string { return brokertest.FreeAddr(t) }
+func freeAddr(t testing.TB) string { return brokertest.FreeAddr(t) }
 
-func waitTCP(t *testing.T, addr string) {
+func waitTCP(t testing.TB, addr string) {
 	t.Helper()
 	brokertest.Eventually(t, 20*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
