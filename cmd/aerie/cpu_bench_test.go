@@ -39,6 +39,9 @@ func cpuPrompts() int {
 // answer appended to a JSON Lines file. Each process's CPU (user and
 // system) comes from /proc while it runs and from its rusage once it has
 // exited; the long-running ones count only what the run cost them.
+//
+// With AERIE_CPU_PROFILE_DIR set, each aerie process writes a CPU profile
+// there (AERIE_CPU_PROFILE), <role>-<iteration>.pprof, for go tool pprof.
 func BenchmarkCPUPerPrompt(b *testing.B) {
 	bin := buildAerie(b)
 	n := cpuPrompts()
@@ -47,6 +50,12 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 	aerie(b, bin, "gen-prompts", "--count", strconv.Itoa(n), "--out", prompts).wait(b, time.Minute)
 	figures := map[string][]float64{} // by metric, one per iteration
 	for i := 0; b.Loop(); i++ {
+		profile := func(role string) []string {
+			if d := os.Getenv("AERIE_CPU_PROFILE_DIR"); d != "" {
+				return []string{"AERIE_CPU_PROFILE=" + filepath.Join(d, fmt.Sprintf("%s-%d.pprof", role, i))}
+			}
+			return nil
+		}
 		simAddr := freeAddr(b)
 		sim := start(b, bin, "sim", "--listen", simAddr, "--speed", "100000", "--output-median", "50", "--output-sigma", "0.3", "--max-num-seqs", "1024")
 		waitTCP(b, simAddr)
@@ -60,15 +69,15 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 		natsAddr := freeAddr(b)
 		natsURL := "nats://" + natsAddr
 		data := filepath.Join(dir, fmt.Sprintf("data-%d", i))
-		server := start(b, bin, "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
+		server := startEnv(b, bin, profile("nats"), "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
 		waitTCP(b, natsAddr)
 		run := fmt.Sprintf("cpu%d", i)
-		work := start(b, bin, "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", "200", "--name", "w", "--grace", "2s")
+		work := startEnv(b, bin, profile("worker"), "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", "200", "--name", "w", "--grace", "2s")
 
 		serverBefore, workBefore, simBefore := procCPU(b, server), procCPU(b, work), procCPU(b, sim)
 		began := time.Now()
-		agg := aerie(b, bin, "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "1s")
-		prod := aerie(b, bin, "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5")
+		agg := aerieEnv(b, bin, profile("aggregator"), "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "1s")
+		prod := aerieEnv(b, bin, profile("producer"), "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5")
 		prod.wait(b, 10*time.Minute)
 		agg.wait(b, 10*time.Minute)
 		wall := time.Since(began)

@@ -241,7 +241,13 @@ func aerieEnv(t testing.TB, bin string, env []string, args ...string) *proc {
 // ends.
 func start(t testing.TB, bin string, args ...string) *proc {
 	t.Helper()
-	p := aerie(t, bin, args...)
+	return startEnv(t, bin, nil, args...)
+}
+
+// startEnv is start in the environment of aerieEnv.
+func startEnv(t testing.TB, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := aerieEnv(t, bin, env, args...)
 	t.Cleanup(func() {
 		select {
 		case err := <-p.done:

@@ -120,7 +120,11 @@ func runCommand(c *command, args []string) int {
 	// the process as usual.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }()
-	err := c.run(ctx, args)
+	stopProfile, err := startCPUProfile(os.Getenv("AERIE_CPU_PROFILE"))
+	if err == nil {
+		err = c.run(ctx, args)
+		stopProfile()
+	}
 	stop()
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
