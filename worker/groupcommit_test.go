@@ -105,7 +105,11 @@ func TestBatchWithStoredResultKeepsFirstAnswer(t *testing.T) {
 
 // A results stream that does not take atomic batches (made by an older
 // aerie and not provisioned since, or on an older server) gets every
-// result stored on its own, after one warning.
+// result stored on its own, after at most one warning. A warning comes
+// only when two results meet in one commit (a lone result goes as a plain
+// publish, which such a stream takes), and whether they do depends on
+// timing; batchstore's TestStreamWithoutAtomicPublishTurnsBatchingOff
+// checks the warning itself.
 func TestResultsStreamWithoutAtomicPublishStoresEachAlone(t *testing.T) {
 	const n = 60
 	b := setupDurable(t, n)
@@ -129,7 +133,7 @@ func TestResultsStreamWithoutAtomicPublishStoresEachAlone(t *testing.T) {
 	if res := b.results(t); len(res) != n {
 		t.Fatalf("%d results, want %d", len(res), n)
 	}
-	if c := strings.Count(logs.String(), "does not take atomic batches"); c != 1 {
-		t.Fatalf("%d warnings that batching is off, want 1:\n%s", c, logs.String())
+	if c := strings.Count(logs.String(), "does not take atomic batches"); c > 1 {
+		t.Fatalf("%d warnings that batching is off, want at most 1:\n%s", c, logs.String())
 	}
 }
