@@ -110,6 +110,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzExportLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./openai/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/lineindex/
 
 # The ETA study (docs/eta.md): the simulator's engine in simulated time,
 # at the reference run's shape and full size (25,000 prompts, 200 at a
@@ -158,6 +159,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	AERIE_MAKESPAN_SPEED=1 $(GO) test -run '^$$' -bench '^BenchmarkLongestFirst$$' -benchtime $(BENCHN)x -timeout 60m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkSamplesPrefill$$' -benchtime $(BENCHN)x -timeout 10m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkCPUPerPrompt$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
+	$(GO) test -run '^$$' -bench '^BenchmarkMillion$$' -benchtime 1x -timeout 60m ./aggregator/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

@@ -99,6 +99,13 @@ func (lr *LineReader) Next() (line []byte, ended, tooLong bool, err error) {
 	}
 }
 
+// Resume tells a reader started in the middle of a file how many lines
+// and bytes come before where it starts, so that Line and Offset count
+// from the file's start.
+func (lr *LineReader) Resume(lines int, offset int64) {
+	lr.line, lr.bytes = lines, offset
+}
+
 // Line is the 1-based number of the line Next last returned; 0 before the
 // first.
 func (lr *LineReader) Line() int { return lr.line }
