@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -289,14 +290,9 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 		MaxTokens: m.MaxAnswerTokens(),
 	}, time.Now())
 	var err error
-	a.completions, err = openSized(filepath.Join(a.dir, CompletionsFile), m.Total, func(_ string, line []byte) error {
-		var l completionHead
-		if err := json.Unmarshal(line, &l); err != nil {
-			return err
-		}
-		a.est.Restore(a.observed(l.answer(a.turnsAll)))
-		return nil
-	})
+	a.completions, err = openCompletions(filepath.Join(a.dir, CompletionsFile), m.Total, func(s *lineindex.Summary) {
+		a.est.Restore(a.observed(answerOf(s, a.turnsAll)))
+	}, a.log)
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}

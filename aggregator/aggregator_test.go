@@ -25,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 const run = "agg"
 
-func publishResults(t *testing.T, js jetstream.JetStream, ids []string) {
+func publishResults(t testing.TB, js jetstream.JetStream, ids []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -81,7 +81,7 @@ func readLines(t *testing.T, path string) []string {
 	return out
 }
 
-func start(t *testing.T, js jetstream.JetStream, cfg aggregator.Config) (*aggregator.Aggregator, func() error) {
+func start(t testing.TB, js jetstream.JetStream, cfg aggregator.Config) (*aggregator.Aggregator, func() error) {
 	t.Helper()
 	cfg.Run = run
 	cfg.Logger = quiet

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -155,7 +156,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 	var buf bytes.Buffer
 	enc := newEncoder(&buf)
 	var keys []string
-	var fresh []*schema.Result
+	var fresh []lineindex.Summary
 	var written, poisoned []jetstream.Msg
 	var poisonErrs []error
 	a.mu.Lock()
@@ -177,24 +178,25 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 			continue
 		}
 		seen[key] = true
-		if err := enc.Encode(dataset.NewCompletionLine(r)); err != nil {
+		line := dataset.NewCompletionLine(r)
+		if err := enc.Encode(&line); err != nil {
 			a.mu.Unlock()
 			return err
 		}
 		keys = append(keys, key)
-		fresh = append(fresh, r)
+		fresh = append(fresh, lineindex.Summarize(&line))
 	}
-	if err := a.completions.appendLines(&buf, keys); err != nil {
+	if err := a.completions.appendLines(&buf, keys, fresh); err != nil {
 		a.mu.Unlock()
 		return err
 	}
 	a.metrics.wroteCompletions(fresh, a.turnsAll)
 	now := time.Now()
-	for i, r := range fresh {
+	for i := range fresh {
 		if a.failed.final(keys[i]) {
 			a.est.Reopened(a.failed.markCompleted(keys[i]))
 		}
-		a.est.Completed(now, a.observed(resultHead(r).answer(a.turnsAll)))
+		a.est.Completed(now, a.observed(answerOf(&fresh[i], a.turnsAll)))
 	}
 	a.kickIfComplete()
 	a.mu.Unlock()

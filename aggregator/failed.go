@@ -127,7 +127,7 @@ func (f *failedFile) appendLines(buf *bytes.Buffer, keys []string, at []time.Tim
 			reasons[i] = reasonOf(lines[i])
 		}
 	}
-	if err := f.jsonlFile.appendLines(buf, keys); err != nil {
+	if err := f.jsonlFile.appendLines(buf, keys, nil); err != nil {
 		return err
 	}
 	for i, key := range keys {

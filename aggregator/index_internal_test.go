@@ -126,7 +126,7 @@ func TestJSONLIndexProperty(t *testing.T) {
 						buf.Write(unitLine(t, u))
 						keys = append(keys, key)
 					}
-					if err := j.appendLines(&buf, keys); err != nil {
+					if err := j.appendLines(&buf, keys, nil); err != nil {
 						t.Fatal(err)
 					}
 					for _, k := range keys {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -34,6 +36,14 @@ type jsonlFile struct {
 	lineBuf []byte
 	// rewrites counts whole-file rewrites, which tests keep few.
 	rewrites int
+	// lines appends to the file's line index (see openCompletions); nil
+	// for a file without one, and after a write to the index failed.
+	lines *lineindex.Writer
+	// log says when the line index cannot be written; nil for none.
+	log *slog.Logger
+	// read counts the lines read and checked one by one when the file
+	// was opened; the others came from its line index.
+	read int
 }
 
 // openJSONL opens path for appending, creating it if needed. A last line
@@ -49,65 +59,78 @@ func openJSONL(path string, onLine lineFunc) (*jsonlFile, error) {
 // of its unit.
 type lineFunc func(key string, line []byte) error
 
-// openSized is openJSONL for a file expected to end with about units
-// lines (a run's total): its index is sized for them once, before the
-// lines already written are read, instead of growing by copies. decode,
-// if not nil, must decode the whole of each line with json.Unmarshal and
-// return its error: that is the line's check that it is JSON, made once.
-// A check of its own would scan every byte twice more, and a restarted
-// aggregator reads every answer of its run before it writes the next.
-func openSized(path string, units int, decode lineFunc) (*jsonlFile, error) {
-	return openWith(path, decode, decode != nil, nil, units)
-}
-
 // openIndexed is openJSONL with the index's hash function (nil: its own);
 // tests give a tiny one to force collisions.
 func openIndexed(path string, onLine lineFunc, hash func(string) uint64) (*jsonlFile, error) {
-	return openWith(path, onLine, false, hash, 0)
+	j, err := create(path, hash, 0)
+	if err != nil {
+		return nil, err
+	}
+	good, err := j.load(0, 0, func(line []byte, _, _ int64) (string, error) {
+		key, err := lineKey(line)
+		if err == nil && onLine != nil {
+			err = onLine(key, line)
+		}
+		return key, err
+	})
+	if err != nil {
+		j.f.Close()
+		return nil, err
+	}
+	if _, err := j.repair(good); err != nil {
+		j.f.Close()
+		return nil, err
+	}
+	return j, nil
 }
 
-// openWith opens path with an index hashing with hash (nil: its own)
-// sized for units lines (0: grown as lines come). decodes says that
-// onLine checks each line is JSON (see openSized).
-func openWith(path string, onLine lineFunc, decodes bool, hash func(string) uint64, units int) (*jsonlFile, error) {
+// create opens path, creating it if needed, with an empty index hashing
+// with hash (nil: its own) sized for units lines (0: grown as lines
+// come).
+func create(path string, hash func(string) uint64, units int) (*jsonlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, fsmode.File)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	j := &jsonlFile{path: path, f: f, index: unitIndex{hash: hash}}
 	j.index.reserve(units)
-	good, err := j.load(onLine, decodes)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if st.Size() > good {
-		if err := f.Truncate(good); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("repair %s: cut torn last line at byte %d: %w", path, good, err)
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("repair %s: %w", path, err)
-		}
-	}
-	if _, err := f.Seek(good, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("seek %s: %w", path, err)
-	}
 	return j, nil
 }
 
-// load reads every complete line and returns the offset just past the last
-// one. decodes: see openWith.
-func (j *jsonlFile) load(onLine lineFunc, decodes bool) (int64, error) {
+// repair cuts the file back to good, the end of its last complete line,
+// when a torn line follows, and leaves it positioned there for appends.
+// It reports whether it cut.
+func (j *jsonlFile) repair(good int64) (bool, error) {
+	st, err := j.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("stat %s: %w", j.path, err)
+	}
+	cut := st.Size() > good
+	if cut {
+		if err := j.f.Truncate(good); err != nil {
+			return false, fmt.Errorf("repair %s: cut torn last line at byte %d: %w", j.path, good, err)
+		}
+		if err := j.f.Sync(); err != nil {
+			return false, fmt.Errorf("repair %s: %w", j.path, err)
+		}
+	}
+	if _, err := j.f.Seek(good, io.SeekStart); err != nil {
+		return false, fmt.Errorf("seek %s: %w", j.path, err)
+	}
+	return cut, nil
+}
+
+// load reads every complete line after the first lines ones, which end
+// at byte start, and returns the offset just past the last one. check
+// checks a line and returns its unit's key; it is told where the line
+// starts and where the next one does.
+func (j *jsonlFile) load(start int64, lines int, check func(line []byte, off, next int64) (string, error)) (int64, error) {
+	if _, err := j.f.Seek(start, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("seek %s: %w", j.path, err)
+	}
 	lr := dataset.NewLineReader(j.f, dataset.MaxLineBytes)
-	var off int64
+	lr.Resume(lines, start)
+	off := start
 	for {
 		line, ended, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) || (err == nil && !ended) {
@@ -119,34 +142,28 @@ func (j *jsonlFile) load(onLine lineFunc, decodes bool) (int64, error) {
 		if tooLong {
 			return 0, fmt.Errorf("%s:%d: line longer than %d MiB, not an aerie output line: move the file aside or repair that line, then start again", j.path, lr.Line(), dataset.MaxLineBytes>>20)
 		}
-		var key string
-		if decodes {
-			key, err = unitKey(line)
-			if err == nil {
-				err = onLine(key, line)
-			}
-		} else {
-			key, err = lineKey(line)
-		}
+		j.read++
+		key, err := check(line, off, lr.Offset())
 		if err != nil {
 			return 0, fmt.Errorf("%s:%d: not an aerie output line (%v): move the file aside or repair that line, then start again", j.path, lr.Line(), err)
 		}
 		// A unit's second line (a file put together by hand) is not
 		// indexed: the unit counts once, as it did when it was written.
-		if seen, err := j.has(key); err != nil {
-			return 0, err
-		} else if !seen {
-			if err := j.index.add(key, off); err != nil {
-				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
-			}
-		}
-		if onLine != nil && !decodes {
-			if err := onLine(key, line); err != nil {
-				return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
-			}
+		if err := j.addOnce(key, off); err != nil {
+			return 0, fmt.Errorf("%s:%d: %w", j.path, lr.Line(), err)
 		}
 		off = lr.Offset()
 	}
+}
+
+// addOnce indexes the line of key that starts at off, unless the unit
+// has a line already.
+func (j *jsonlFile) addOnce(key string, off int64) error {
+	seen, err := j.has(key)
+	if err != nil || seen {
+		return err
+	}
+	return j.index.add(key, off)
 }
 
 // lineKey returns the key (schema.Unit.Key) of an output line: its unit
@@ -227,8 +244,9 @@ func keyAt(f *os.File, path string, off int64, buf *[]byte) (string, error) {
 // appendLines writes lines (each ending in '\n') and fsyncs. Only when it
 // returns nil are their units (keys) recorded as written. On error the
 // file is cut back to where it was, so a failed write leaves no partial
-// line.
-func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
+// line. sums are the lines' summaries for the file's line index, if it
+// has one (see openCompletions); they are placed here.
+func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string, sums []lineindex.Summary) error {
 	if buf.Len() == 0 {
 		return nil
 	}
@@ -254,18 +272,29 @@ func (j *jsonlFile) appendLines(buf *bytes.Buffer, keys []string) error {
 	}
 	off := start
 	rest := buf.Bytes()
-	for _, key := range keys {
+	for i, key := range keys {
 		if err := j.index.add(key, off); err != nil {
 			return fmt.Errorf("append to %s: %w", j.path, err) // not reached: checked above
 		}
 		n := bytes.IndexByte(rest, '\n') + 1
+		if j.lines != nil && i < len(sums) {
+			lineindex.Place(&sums[i], off, rest[:n])
+		}
 		off += int64(n)
 		rest = rest[n:]
+	}
+	if j.lines != nil {
+		j.indexLines(sums, off)
 	}
 	return nil
 }
 
-func (j *jsonlFile) Close() error { return j.f.Close() }
+func (j *jsonlFile) Close() error {
+	if j.lines != nil {
+		j.lines.Close()
+	}
+	return j.f.Close()
+}
 
 // rewrite writes the file anew without the lines of the units (keys) in
 // drop, and with the line of each unit in replace swapped for the given
@@ -273,6 +302,7 @@ func (j *jsonlFile) Close() error { return j.f.Close() }
 // fsynced and renamed over it, so a crash leaves one or the other whole.
 // It is O(file): callers batch their changes.
 func (j *jsonlFile) rewrite(drop map[string]bool, replace map[string][]byte) error {
+	j.dropLineIndex() // its offsets would no longer hold
 	if len(drop) == 0 && len(replace) == 0 {
 		return nil
 	}

@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,10 +62,7 @@ func TestOpenJSONLLines(t *testing.T) {
 			t.Errorf("%s: error %v, want one naming %s:4", name, err, path)
 		}
 		// The same when the line's decoding is its only check.
-		_, err = openSized(path, 4, func(_ string, line []byte) error {
-			var v struct{ Content string }
-			return json.Unmarshal(line, &v)
-		})
+		_, err = openCompletions(path, 4, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), path+":4: not an aerie output line") {
 			t.Errorf("%s, decoded: error %v, want one naming %s:4", name, err, path)
 		}

@@ -111,7 +111,8 @@ func TestAnswerOfLine(t *testing.T) {
 			throughput.Single(30, false)},
 	}
 	for _, c := range cases {
-		if got := resultHead(&c.r).answer(c.turnsAll); !reflect.DeepEqual(got, c.want) {
+		s := resultSummary(&c.r)
+		if got := answerOf(&s, c.turnsAll); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}

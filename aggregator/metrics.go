@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -75,14 +76,14 @@ func (a *Aggregator) registerMetrics(reg prometheus.Registerer) error {
 }
 
 // wroteCompletions counts answers appended to completions.jsonl.
-func (m *metrics) wroteCompletions(fresh []*schema.Result, turnsAll bool) {
+func (m *metrics) wroteCompletions(fresh []lineindex.Summary, turnsAll bool) {
 	if m == nil || len(fresh) == 0 {
 		return
 	}
 	m.lines.WithLabelValues("completions").Add(float64(len(fresh)))
 	var tokens int
-	for _, r := range fresh {
-		for _, q := range resultHead(r).answer(turnsAll).Requests {
+	for i := range fresh {
+		for _, q := range answerOf(&fresh[i], turnsAll).Requests {
 			tokens += q.CompletionTokens
 		}
 	}

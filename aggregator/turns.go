@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
 )
@@ -26,26 +28,14 @@ func turnHeads(msgs []schema.Message) []turnHead {
 	return out
 }
 
-// completionHead is what the estimate reads of a completions.jsonl line.
-type completionHead struct {
-	Messages     []turnHead   `json:"messages"`
-	FinishReason string       `json:"finish_reason"`
-	Truncated    bool         `json:"truncated"`
-	Turns        int          `json:"turns"`
-	TurnsPlanned int          `json:"turns_planned"`
-	Usage        schema.Usage `json:"usage"`
-	LengthHint   int          `json:"length_hint"`
+// resultSummary is the summary of the completions.jsonl line of a
+// result, as the line index keeps it.
+func resultSummary(r *schema.Result) lineindex.Summary {
+	l := dataset.NewCompletionLine(r)
+	return lineindex.Summarize(&l)
 }
 
-func resultHead(r *schema.Result) completionHead {
-	return completionHead{
-		Messages: turnHeads(r.Messages), FinishReason: r.FinishReason, Truncated: r.Truncated,
-		Turns: r.Turns, TurnsPlanned: r.TurnsPlanned, Usage: schema.Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens},
-		LengthHint: r.LengthHint,
-	}
-}
-
-// answer returns the requests a line took. With --turns last (turnsAll
+// answerOf returns the requests a line took. With --turns last (turnsAll
 // false) that is one, its whole usage. With --turns all the line's
 // Turns were generated: the first Turns-1 assistant messages are the
 // earlier ones, each with its own usage, and the last one's tokens are
@@ -53,37 +43,29 @@ func resultHead(r *schema.Result) completionHead {
 // (Truncated) before its last turn has turns that will never run: as
 // many as its assistant messages plus one (the turns it was planned to
 // have) exceed Turns.
-func (h completionHead) answer(turnsAll bool) throughput.Answer {
-	last := throughput.Request{CompletionTokens: h.Usage.CompletionTokens, Truncated: h.FinishReason == "length"}
+func answerOf(s *lineindex.Summary, turnsAll bool) throughput.Answer {
+	last := throughput.Request{CompletionTokens: s.CompletionTokens, Truncated: s.FinishReason == "length"}
 	if !turnsAll {
-		return throughput.Answer{Requests: []throughput.Request{last}, LengthHint: h.LengthHint}
+		return throughput.Answer{Requests: []throughput.Request{last}, LengthHint: s.LengthHint}
 	}
-	turns := max(h.Turns, 1)
-	a := throughput.Answer{Requests: make([]throughput.Request, 0, turns), LengthHint: h.LengthHint}
-	assistants := 0
+	turns := max(s.Turns, 1)
+	a := throughput.Answer{Requests: make([]throughput.Request, 0, turns), LengthHint: s.LengthHint}
 	earlier := 0
-	for _, m := range h.Messages {
-		if m.Role != "assistant" {
-			continue
+	for i, t := range s.Assistants {
+		if i+1 >= turns {
+			break // not generated: the conversation ended before it
 		}
-		assistants++
-		if assistants >= turns {
-			continue // not generated: the conversation ended before it
-		}
-		r := throughput.Request{Truncated: m.FinishReason == "length"}
-		if m.Usage != nil {
-			r.CompletionTokens = m.Usage.CompletionTokens
-		}
+		r := throughput.Request{CompletionTokens: t.CompletionTokens, Truncated: t.Cut}
 		earlier += r.CompletionTokens
 		a.Requests = append(a.Requests, r)
 	}
 	last.CompletionTokens = max(last.CompletionTokens-earlier, 0)
 	a.Requests = append(a.Requests, last)
-	planned := assistants + 1
-	if h.TurnsPlanned > 0 {
-		planned = h.TurnsPlanned
+	planned := len(s.Assistants) + 1
+	if s.TurnsPlanned > 0 {
+		planned = s.TurnsPlanned
 	}
-	if h.Truncated && planned > len(a.Requests) {
+	if s.Truncated && planned > len(a.Requests) {
 		a.Skipped = planned - len(a.Requests)
 	}
 	return a
