@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
 )
@@ -78,18 +79,18 @@ func (c *completions) reasonIndex(r string) uint8 {
 	return uint8(len(c.reasons) - 1)
 }
 
-func (c *completions) add(l *dataset.CompletionLine) {
+func (c *completions) add(l *lineindex.Summary) {
 	c.count++
-	c.tokens = append(c.tokens, uint32(max(l.Usage.CompletionTokens, 0)))
+	c.tokens = append(c.tokens, uint32(max(l.CompletionTokens, 0)))
 	c.reason = append(c.reason, c.reasonIndex(l.FinishReason))
 	c.ttft = append(c.ttft, float32(l.TTFTMillis))
 	c.latency = append(c.latency, float32(l.LatencyMs))
-	c.promptTokens += int64(l.Usage.PromptTokens)
-	c.completionTokens += int64(l.Usage.CompletionTokens)
+	c.promptTokens += int64(l.PromptTokens)
+	c.completionTokens += int64(l.CompletionTokens)
 	if l.IsTruncated() {
 		c.truncated++
 	}
-	c.hints.Add(l.LengthHint, l.Usage.CompletionTokens)
+	c.hints.Add(l.LengthHint, l.CompletionTokens)
 	if l.Simulated {
 		c.simulated++
 	}
@@ -129,14 +130,24 @@ func readLines(dir, name string, skipped *Skipped, decode func([]byte) error) (f
 		return false, fmt.Errorf("report: %w", err)
 	}
 	defer f.Close()
+	return true, readFrom(f, 0, 0, skipped, decode)
+}
+
+// readFrom is readLines from byte start of f, after its first lines
+// lines.
+func readFrom(f *os.File, start int64, lines int, skipped *Skipped, decode func([]byte) error) error {
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
 	lr := dataset.NewLineReader(f, dataset.MaxLineBytes)
+	lr.Resume(lines, start)
 	for {
 		line, ended, tooLong, err := lr.Next()
 		if errors.Is(err, io.EOF) {
-			return true, nil
+			return nil
 		}
 		if err != nil {
-			return true, fmt.Errorf("report: read %s after line %d: %w", f.Name(), lr.Line(), err)
+			return fmt.Errorf("report: read %s after line %d: %w", f.Name(), lr.Line(), err)
 		}
 		switch {
 		case tooLong:
@@ -154,20 +165,48 @@ func readLines(dir, name string, skipped *Skipped, decode func([]byte) error) (f
 	}
 }
 
-func readCompletions(dir string, skipped *Skipped) (*completions, error) {
-	c := &completions{byWorker: map[string]int{}}
-	_, err := readLines(dir, dataset.CompletionsFile, skipped, func(b []byte) error {
-		var l dataset.CompletionLine
-		if err := json.Unmarshal(b, &l); err != nil {
+// readCompletions reads completions.jsonl: what its line index covers
+// from the index, once checked against the file (see lineindex), and the
+// lines after it one by one. An index that disagrees with the file is
+// said in note, and the whole file read.
+func readCompletions(dir string, skipped *Skipped) (c *completions, note string, err error) {
+	c = &completions{byWorker: map[string]int{}}
+	*skipped = Skipped{File: dataset.CompletionsFile}
+	path := filepath.Join(dir, dataset.CompletionsFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("report: %w", err)
+	}
+	defer f.Close()
+	var start int64
+	var lines int
+	ck, err := lineindex.Check(lineindex.PathOf(path), f)
+	var disagrees *lineindex.Disagreement
+	switch {
+	case err == nil:
+		err = ck.Each(func(s *lineindex.Summary) error {
+			c.add(s)
+			return nil
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("report: %w", err)
+		}
+		start, lines = ck.End(), ck.Lines()
+	case errors.As(err, &disagrees):
+		note = fmt.Sprintf("%s.index disagrees with %s (%s): the report read the whole file instead", dataset.CompletionsFile, dataset.CompletionsFile, disagrees.Why)
+	}
+	err = readFrom(f, start, lines, skipped, func(b []byte) error {
+		s, err := lineindex.SummarizeJSON(b)
+		if err != nil {
 			return err
 		}
-		if l.ID == "" {
-			return errors.New("no id")
-		}
-		c.add(&l)
+		c.add(&s)
 		return nil
 	})
-	return c, err
+	return c, note, err
 }
 
 func readFailures(dir string, skipped *Skipped) (*failures, error) {

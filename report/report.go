@@ -85,9 +85,12 @@ func Build(opts Options) (*Report, error) {
 		r.Generated = time.Now()
 	}
 	var sc, sf, se Skipped
-	c, err := readCompletions(opts.Dir, &sc)
+	c, note, err := readCompletions(opts.Dir, &sc)
 	if err != nil {
 		return nil, err
+	}
+	if note != "" {
+		r.Notes = append(r.Notes, note)
 	}
 	f, err := readFailures(opts.Dir, &sf)
 	if err != nil {
