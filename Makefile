@@ -160,6 +160,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl
 	$(GO) test -run '^$$' -bench '^BenchmarkSamplesPrefill$$' -benchtime $(BENCHN)x -timeout 10m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkCPUPerPrompt$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	$(GO) test -run '^$$' -bench '^BenchmarkMillion$$' -benchtime 1x -timeout 60m ./aggregator/
+	AERIE_RSS_PRODUCE=1000000 $(GO) test -count=1 -v -run '^TestProducePeakRSS$$' -timeout 30m ./cmd/aerie/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
 
 $(DATA)/demo-25k-turns/completions.jsonl:

@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -90,14 +90,38 @@ func paramsBytes(p *schema.Params) string {
 // the same prompts shuffled, or produced from another host, give the same
 // digest. The slice is sorted in place.
 func promptsDigest(digests [][16]byte) string {
-	slices.SortFunc(digests, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	rows := make(digestRows, 0, 16*len(digests))
+	for _, d := range digests {
+		rows = append(rows, d[:]...)
+	}
+	return rows.digest()
+}
+
+// digestRows are per-prompt digests, 16 bytes each, end to end: a form
+// that can live outside the Go heap (see seenIDs).
+type digestRows []byte
+
+func (r digestRows) Len() int { return len(r) / 16 }
+
+func (r digestRows) Less(i, j int) bool {
+	return bytes.Compare(r[16*i:16*i+16], r[16*j:16*j+16]) < 0
+}
+
+func (r digestRows) Swap(i, j int) {
+	var t [16]byte
+	copy(t[:], r[16*i:16*i+16])
+	copy(r[16*i:16*i+16], r[16*j:16*j+16])
+	copy(r[16*j:16*j+16], t[:])
+}
+
+// digest is promptsDigest of the rows, which it sorts.
+func (r digestRows) digest() string {
+	sort.Sort(r)
 	h := sha256.New()
 	h.Write([]byte(promptsDigestDomain))
 	var buf [binary.MaxVarintLen64]byte
-	h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(digests)))])
-	for _, d := range digests {
-		h.Write(d[:])
-	}
+	h.Write(buf[:binary.PutUvarint(buf[:], uint64(r.Len()))])
+	h.Write(r)
 	return promptsDigestVersion + hex.EncodeToString(h.Sum(nil))
 }
 

@@ -51,6 +51,7 @@ func Validate(ctx context.Context, cfg Config) (*Report, error) {
 	if sc == nil {
 		return nil, err
 	}
+	defer sc.ids.release()
 	rep := &sc.report
 	rep.Elapsed = time.Since(start)
 	if err == nil {
@@ -90,6 +91,7 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 	if sc == nil {
 		return nil, err
 	}
+	defer sc.ids.release()
 	rep := &sc.report
 	defer func() { rep.Elapsed = time.Since(start) }()
 	if err == nil {

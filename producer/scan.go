@@ -93,17 +93,19 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 }
 
 // promptsDigest is the digest of the prompts the publishing pass
-// publishes: the valid ones. Sorting their digests takes 16 bytes per
-// prompt for a moment (16 MB for a million prompts) and well under a
-// second.
+// publishes: the valid ones. Their digests are sorted outside the Go
+// heap (16 MB for a million prompts, for well under a second), for the
+// reason seenIDs lives there.
 func (sc *scan) promptsDigest() string {
-	digests := make([][16]byte, 0, sc.report.Valid)
+	buf, free := offHeap(16 * max(sc.report.Valid, 1))
+	defer free()
+	rows := digestRows(buf[:0])
 	sc.ids.each(func(e seenID) {
 		if !e.rejected {
-			digests = append(digests, e.digest)
+			rows = append(rows, e.digest[:]...)
 		}
 	})
-	return promptsDigest(digests)
+	return rows.digest()
 }
 
 // check validates one record and records its id; it returns why the

@@ -171,3 +171,33 @@ func watchPeak(p *proc) func() float64 {
 		return float64(kib) / 1024
 	}
 }
+
+// TestProducePeakRSS measures the peak resident set size (VmHWM) of one
+// `aerie produce` of AERIE_RSS_PRODUCE prompts (`aerie gen-prompts`) into
+// a NATS server run by the test, the producer alone: what it holds does
+// not depend on anything consuming the prompts. Skipped without that
+// variable; `make bench` sets it to a million.
+func TestProducePeakRSS(t *testing.T) {
+	n, err := strconv.Atoi(os.Getenv("AERIE_RSS_PRODUCE"))
+	if err != nil || n <= 0 {
+		t.Skip("set AERIE_RSS_PRODUCE to a prompt count (e.g. 1000000) to measure the producer's peak RSS; make bench does")
+	}
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("peak RSS is read from /proc/PID/status (Linux)")
+	}
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(dir, "nats"), Port: -1, SyncInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	prompts := filepath.Join(dir, "prompts.jsonl")
+	budget := 5*time.Minute + time.Duration(n)*time.Millisecond
+	aerie(t, bin, "gen-prompts", "--count", strconv.Itoa(n), "--out", prompts).wait(t, budget)
+	began := time.Now()
+	prod := aerie(t, bin, "produce", "--nats", srv.ClientURL(), "--run", "rss", "--prompts", prompts, "--model", "m", "--max-tokens", "64")
+	peak := watchPeak(prod)
+	prod.wait(t, budget)
+	fmt.Printf("aerie produce of %d prompts: peak RSS %.1f MiB, %s\n", n, peak(), time.Since(began).Round(time.Second))
+}
