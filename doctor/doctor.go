@@ -226,6 +226,7 @@ var checks = []check{
 	{"priority", answerTimeout, true, checkPriority},
 	{"data-dir", checkTimeout, true, checkDataDir},
 	{"disk-space", checkTimeout, true, checkDiskSpace},
+	{"store-space", checkTimeout, false, checkStoreSpace},
 	{"units", checkTimeout, false, checkUnits},
 }
 

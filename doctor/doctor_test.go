@@ -174,7 +174,7 @@ func expect(t *testing.T, rep doctor.Report, name string, st doctor.Status, text
 
 var allChecks = []string{
 	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "backend", "model",
-	"context-length", "completion", "priority", "data-dir", "disk-space", "units",
+	"context-length", "completion", "priority", "data-dir", "disk-space", "store-space", "units",
 }
 
 // Workers that yield to serving traffic send a priority, which vLLM
