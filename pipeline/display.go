@@ -101,6 +101,9 @@ func (s *Summary) Print(w io.Writer) {
 	if s.Paused > 0 {
 		fmt.Fprintf(w, "  paused       %s while the backend was down (%d prompts handed back)\n", s.Paused.Round(100*time.Millisecond), s.HandedBack)
 	}
+	if s.StoreFull > 0 {
+		fmt.Fprintf(w, "  store full   %s waiting for room in the JetStream store (summed over workers)\n", s.StoreFull.Round(100*time.Millisecond))
+	}
 	if s.Turns == schema.TurnsAll {
 		fmt.Fprintf(w, "  throughput   %.2f conversations/s, %.2f turns/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TurnsPerSec, s.TokensPerSec)
 	} else {

@@ -84,6 +84,11 @@ type Config struct {
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).
 	NATSSyncInterval time.Duration
+	// NATSMaxStore bounds the embedded server's JetStream store in bytes
+	// (max_file_store); zero leaves the server's own default, three
+	// quarters of the free disk. A run that fills it pauses until there
+	// is room.
+	NATSMaxStore int64
 	// NATSListen is the embedded server's host:port; empty means
 	// 127.0.0.1 on a random port. Its URL is logged so that `nats` CLI
 	// can inspect a run while it goes.
@@ -131,7 +136,10 @@ type Summary struct {
 	// back meanwhile.
 	Paused     time.Duration
 	HandedBack int64
-	Wall       time.Duration
+	// StoreFull is the time workers waited for room in a full JetStream
+	// store (summed over workers).
+	StoreFull time.Duration
+	Wall      time.Duration
 	// RequestsPerSec counts prompts (conversations) completed, and
 	// TurnsPerSec the answers generated: turns with --turns all.
 	RequestsPerSec          float64
@@ -326,7 +334,7 @@ func startBroker(cfg Config, log *slog.Logger) (*broker.Server, error) {
 	}
 	store := filepath.Join(cfg.DataDir, "nats")
 	srv, err := broker.Start(broker.Config{StoreDir: store, Host: host, Port: port,
-		SyncInterval: cfg.NATSSyncInterval, Logger: log})
+		SyncInterval: cfg.NATSSyncInterval, MaxStore: cfg.NATSMaxStore, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +428,7 @@ type production struct {
 // once the run's manifest is stored, so that the aggregator and the
 // workers find it, or with the error that stopped the producer before.
 func startProduce(ctx context.Context, js jetstream.JetStream, cfg Config, model string, log *slog.Logger) (*production, error) {
-	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
+	if err := provision.Streams(ctx, js, provision.Options{Logger: log}); err != nil {
 		return nil, err
 	}
 	pctx, cancel := context.WithCancel(ctx)
@@ -493,9 +501,10 @@ func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config 
 // generated this time.
 func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.Server, be *backend, agg *aggregator.Aggregator, ws *workers) *Summary {
 	var completed, tokens, handedBack, turns int64
-	var paused time.Duration
+	var paused, storeFull time.Duration
 	for _, w := range ws.all {
 		s := w.Stats()
+		storeFull += s.StoreFull
 		completed += s.Completed
 		tokens += s.TokensStreamed
 		turns += s.Turns
@@ -507,7 +516,7 @@ func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.
 		Run: cfg.Run, Total: last.Total, Completed: last.Completed, Failed: last.Failed,
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
 		HintedAnswers: last.HintedAnswers, HintRankCorrelation: last.HintRankCorrelation,
-		Paused: paused, HandedBack: handedBack,
+		Paused: paused, HandedBack: handedBack, StoreFull: storeFull,
 		Wall:           time.Since(start),
 		RequestsPerSec: float64(completed) / workTime.Seconds(), TurnsPerSec: float64(turns) / workTime.Seconds(), TokensPerSec: float64(tokens) / workTime.Seconds(),
 		Completions: filepath.Join(agg.Dir(), aggregator.CompletionsFile),

@@ -55,6 +55,7 @@ type line struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	LengthHint int `json:"length_hint"`
+	Attempts   int `json:"attempts"`
 }
 
 func readOutput(t *testing.T, path string) []line {

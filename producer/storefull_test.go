@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/logtest"
@@ -28,19 +26,7 @@ func TestProduceWaitsForRoom(t *testing.T) {
 	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 256<<10)
-	for i := 0; ; i++ {
-		if _, err := js.Publish(ctx, "fill", chunk); err != nil {
-			break
-		}
-		if i > 1000 {
-			t.Fatal("the store never filled")
-		}
-	}
+	fill := brokertest.FillStore(t, js)
 
 	e := &testEnv{js: js, logs: &logtest.Buffer{}, dir: t.TempDir()}
 	const n = 200

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/provision"
@@ -39,19 +37,7 @@ func TestStoreFullPausesAndResumes(t *testing.T) {
 	brokertest.Queue(t, js, schema.Manifest{Run: "test"}, brokertest.Prompts(prompts))
 
 	// Another stream takes the rest of the store.
-	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 256<<10)
-	for i := 0; ; i++ {
-		if _, err := js.Publish(ctx, "fill", chunk); err != nil {
-			break
-		}
-		if i > 1000 {
-			t.Fatal("the store never filled")
-		}
-	}
+	fill := brokertest.FillStore(t, js)
 
 	b := &bundle{srv: srv, js: js, run: "test"}
 	w, _ := b.start(t, worker.Config{Window: 4}, simtest.Serve(t, simulator.Config{Model: "test-model", Speed: 100, ReasoningShare: -1}))
