@@ -27,9 +27,19 @@ func cpuPrompts() int {
 	return 10000
 }
 
+// cpuAnswerTokens is the median answer length of BenchmarkCPUPerPrompt's
+// run: AERIE_CPU_ANSWER_TOKENS, or 50. Measured at two lengths, the
+// figures split into a cost per prompt and a cost per token streamed.
+func cpuAnswerTokens() int {
+	if n, err := strconv.Atoi(os.Getenv("AERIE_CPU_ANSWER_TOKENS")); err == nil && n > 0 {
+		return n
+	}
+	return 50
+}
+
 // BenchmarkCPUPerPrompt measures the control plane's CPU per prompt, the
 // figure that matters at a large scale, process by process. One run of
-// cpuPrompts prompts (answers of about 50 tokens) goes through every role
+// cpuPrompts prompts (answers of cpuAnswerTokens tokens) goes through every role
 // in its own process, as in production: the NATS server (aerie server,
 // fsyncing every write), one worker with a window of 200, the aggregator
 // and the producer, against a backend made nearly free (aerie sim at
@@ -57,7 +67,7 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 			return nil
 		}
 		simAddr := freeAddr(b)
-		sim := start(b, bin, "sim", "--listen", simAddr, "--speed", "100000", "--output-median", "50", "--output-sigma", "0.3", "--max-num-seqs", "1024")
+		sim := start(b, bin, "sim", "--listen", simAddr, "--speed", "100000", "--output-median", strconv.Itoa(cpuAnswerTokens()), "--output-sigma", "0.3", "--max-num-seqs", "1024")
 		waitTCP(b, simAddr)
 		backend := "http://" + simAddr
 
