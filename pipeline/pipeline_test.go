@@ -55,7 +55,6 @@ type line struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	LengthHint int `json:"length_hint"`
-	Attempts   int `json:"attempts"`
 }
 
 func readOutput(t *testing.T, path string) []line {

@@ -21,7 +21,7 @@ import (
 // The JetStream store fills in the middle of `aerie run` with two
 // workers: they pause, keeping the answers they hold, and the run waits.
 // Once room is freed the run finishes by itself with every prompt
-// written once, none failed and no delivery spent on the wait.
+// written once and none failed.
 func TestStoreFullMidRun(t *testing.T) {
 	const n = 600
 	cfg := config(t, "full", promptsFile(t, n))
@@ -53,12 +53,12 @@ func TestStoreFullMidRun(t *testing.T) {
 	if sum.StoreFull <= 0 {
 		t.Errorf("the workers never waited for room (store full %v)", sum.StoreFull)
 	}
+	// Two workers may hand prompts to each other (a second delivery),
+	// so deliveries are not counted here: the worker's own test checks
+	// that waiting for room spends none.
 	seen := map[string]int{}
 	for _, l := range readOutput(t, sum.Completions) {
 		seen[l.ID]++
-		if l.Attempts != 1 {
-			t.Errorf("%s stored on delivery %d, want the first: the wait spent a delivery", l.ID, l.Attempts)
-		}
 	}
 	if len(seen) != n {
 		t.Errorf("%d prompts in completions.jsonl, want %d", len(seen), n)
