@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -223,6 +224,14 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	brokertest.Eventually(t, 3*time.Minute, func() bool { return countLines(completions) >= n/5 && storedTurns() >= 10 },
 		"a fifth of the conversations written and turns stored for others")
 	stored := storedTurns()
+	// The turns stored when the worker dies must never be generated
+	// again; what was answered but not yet stored may be.
+	storedBefore := map[string]uint64{}
+	if info, err := turnsStream.Info(ctx, jetstream.WithSubjectFilter(schema.TurnsRoot+".>")); err == nil {
+		storedBefore = info.State.Subjects
+	} else {
+		t.Fatal(err)
+	}
 	killedAt := time.Now()
 	w1.kill(t)
 	t.Logf("killed worker w1 with %d conversations written and %d turns stored", countLines(completions), stored)
@@ -323,6 +332,7 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 		first     time.Time
 	}
 	byContext := map[string]*asked{}
+	matched := map[string]bool{} // turns stored before the kill, found among the requests
 	requests := backend.recorded()
 	for _, r := range requests {
 		var req struct {
@@ -350,10 +360,20 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 			a = &asked{first: r.ended}
 			byContext[key] = a
 		}
-		a.completed++
-		if a.completed > 1 && a.first.Before(killedAt.Add(-time.Second)) {
-			t.Errorf("a turn answered %v before the kill was generated again: %.200s", killedAt.Sub(a.first).Round(time.Millisecond), r.body)
+		subject := storedTurnSubject(run, req.Messages)
+		if storedBefore[subject] > 0 {
+			matched[subject] = true
 		}
+		a.completed++
+		if a.completed > 1 && storedBefore[subject] > 0 {
+			t.Errorf("a turn stored before the kill (answered %v before it) was generated again: %.200s", killedAt.Sub(a.first).Round(time.Millisecond), r.body)
+		}
+	}
+	// Every turn stored before the kill was asked for by some request:
+	// otherwise the requests are not mapped to their turns, and the check
+	// above sees nothing.
+	if len(matched) != len(storedBefore) {
+		t.Errorf("%d of the %d turns stored before the kill match a request's turn subject", len(matched), len(storedBefore))
 	}
 	again, latest := 0, time.Duration(0)
 	for _, a := range byContext {
@@ -365,8 +385,28 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	if left := storedTurns(); left != 0 {
 		t.Errorf("%d stored turns left behind after every conversation was written", left)
 	}
-	t.Logf("%d conversations (%d ended early by a kept truncated turn), %d turns (planned %d), %d requests (%d cut by the kill), %d turns answered twice (answered at most %v before the kill, not yet stored), %d turn answers checked against the simulator",
-		n, truncated, turnsWritten, plannedTurns, len(requests), len(requests)-completedCount(requests), again, latest.Round(time.Millisecond), len(checks))
+	t.Logf("%d conversations (%d ended early by a kept truncated turn), %d turns (planned %d), %d requests (%d cut by the kill), %d turns answered twice (answered at most %v before the kill, not yet stored; %d turns were stored then), %d turn answers checked against the simulator",
+		n, truncated, turnsWritten, plannedTurns, len(requests), len(requests)-completedCount(requests), again, latest.Round(time.Millisecond), len(storedBefore), len(checks))
+}
+
+var conversationOf = regexp.MustCompile(`of conversation (c[0-9]+):`)
+
+// storedTurnSubject is the subject under which the answer to a request
+// of context msgs is stored as a turn: its conversation's id is in its
+// questions, and its turn (from 0) is the number of answers before it.
+func storedTurnSubject(run string, msgs []map[string]any) string {
+	id, turn := "", 0
+	for _, m := range msgs {
+		if m["role"] == "assistant" {
+			turn++
+		}
+		if c, ok := m["content"].(string); ok {
+			if found := conversationOf.FindStringSubmatch(c); found != nil {
+				id = found[1]
+			}
+		}
+	}
+	return schema.TurnSubject(run, schema.Unit{ID: id}, turn)
 }
 
 // preflightPrompt is the question a worker asks its backend before it
