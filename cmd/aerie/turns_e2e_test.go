@@ -226,12 +226,11 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	stored := storedTurns()
 	// The turns stored when the worker dies must never be generated
 	// again; what was answered but not yet stored may be.
-	storedBefore := map[string]uint64{}
-	if info, err := turnsStream.Info(ctx, jetstream.WithSubjectFilter(schema.TurnsRoot+".>")); err == nil {
-		storedBefore = info.State.Subjects
-	} else {
+	info, err := turnsStream.Info(ctx, jetstream.WithSubjectFilter(schema.TurnsRoot+".>"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	storedBefore := info.State.Subjects
 	killedAt := time.Now()
 	w1.kill(t)
 	t.Logf("killed worker w1 with %d conversations written and %d turns stored", countLines(completions), stored)
