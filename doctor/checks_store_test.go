@@ -1,11 +1,8 @@
 package doctor_test
 
 import (
-	"path/filepath"
 	"testing"
-	"time"
 
-	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/provision"
@@ -16,11 +13,7 @@ import (
 // the probes leave no stream behind.
 func TestStoreSpace(t *testing.T) {
 	t.Parallel()
-	srv, err := broker.Start(broker.Config{StoreDir: filepath.Join(t.TempDir(), "nats"), Port: -1, MaxStore: 256 << 20, SyncInterval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := brokertest.StartSmall(t, 256<<20)
 	_, js := brokertest.Connect(t, srv)
 	if err := provision.Streams(t.Context(), js, provision.Options{}); err != nil {
 		t.Fatal(err)

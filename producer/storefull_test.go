@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
@@ -16,12 +15,7 @@ import (
 // space is freed: every prompt queued, none failed.
 func TestProduceWaitsForRoom(t *testing.T) {
 	t.Parallel()
-	s, err := broker.Start(broker.Config{StoreDir: t.TempDir(), MaxStore: 48 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	_, js := brokertest.Connect(t, s)
+	_, js := brokertest.Connect(t, brokertest.StartSmall(t, 48<<20))
 	ctx := ctxFor(t)
 	if err := provision.Streams(ctx, js, provision.Options{}); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/logtest"
 	"github.com/aerie-dev/aerie/provision"
@@ -20,12 +19,7 @@ import (
 // bytes, and connects to it.
 func smallStore(t *testing.T, maxStore int64) jetstream.JetStream {
 	t.Helper()
-	s, err := broker.Start(broker.Config{StoreDir: t.TempDir(), MaxStore: maxStore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	_, js := brokertest.Connect(t, s)
+	_, js := brokertest.Connect(t, brokertest.StartSmall(t, maxStore))
 	return js
 }
 

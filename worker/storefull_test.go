@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -20,11 +19,7 @@ import (
 // spent a delivery waiting.
 func TestStoreFullPausesAndResumes(t *testing.T) {
 	const prompts = 20
-	srv, err := broker.Start(broker.Config{StoreDir: t.TempDir(), MaxStore: 48 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := brokertest.StartSmall(t, 48<<20)
 	_, js := brokertest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -8,7 +8,21 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/broker"
 )
+
+// StartSmall is Start for a server whose JetStream store holds at most
+// maxStore bytes (max_file_store): for tests of a store that fills.
+func StartSmall(t testing.TB, maxStore int64) *broker.Server {
+	t.Helper()
+	s, err := broker.Start(broker.Config{StoreDir: t.TempDir(), SyncInterval: time.Minute, MaxStore: maxStore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
 
 // FillStore fills the JetStream store of the server js talks to, which
 // must be bounded (broker.Config.MaxStore), with a stream of its own,
