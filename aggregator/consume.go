@@ -13,6 +13,7 @@ import (
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/throughput"
 )
 
 // consume fetches batches from cons and hands their messages to write,
@@ -190,13 +191,17 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 		a.mu.Unlock()
 		return err
 	}
-	a.metrics.wroteCompletions(fresh, a.turnsAll)
-	now := time.Now()
+	answers := make([]throughput.Answer, len(fresh))
 	for i := range fresh {
+		answers[i] = answerOf(&fresh[i], a.turnsAll)
+	}
+	a.metrics.wroteCompletions(answers)
+	now := time.Now()
+	for i, ans := range answers {
 		if a.failed.final(keys[i]) {
 			a.est.Reopened(a.failed.markCompleted(keys[i]))
 		}
-		a.est.Completed(now, a.observed(answerOf(&fresh[i], a.turnsAll)))
+		a.est.Completed(now, a.observed(ans))
 	}
 	a.kickIfComplete()
 	a.mu.Unlock()

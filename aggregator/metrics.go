@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/throughput"
 )
 
 // lagTimeout bounds the NATS requests a scrape makes for the consumers'
@@ -76,14 +76,14 @@ func (a *Aggregator) registerMetrics(reg prometheus.Registerer) error {
 }
 
 // wroteCompletions counts answers appended to completions.jsonl.
-func (m *metrics) wroteCompletions(fresh []lineindex.Summary, turnsAll bool) {
-	if m == nil || len(fresh) == 0 {
+func (m *metrics) wroteCompletions(answers []throughput.Answer) {
+	if m == nil || len(answers) == 0 {
 		return
 	}
-	m.lines.WithLabelValues("completions").Add(float64(len(fresh)))
+	m.lines.WithLabelValues("completions").Add(float64(len(answers)))
 	var tokens int
-	for i := range fresh {
-		for _, q := range answerOf(&fresh[i], turnsAll).Requests {
+	for _, a := range answers {
+		for _, q := range a.Requests {
 			tokens += q.CompletionTokens
 		}
 	}
