@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -321,7 +322,20 @@ func (h *Harness) check(ctx context.Context, rep *Report, input []inputPrompt, f
 				traced = append(traced, id)
 			}
 		}
-		rep.State = natsState(h.NATSURL(), h.cfg.Run, append(traced, o.Unreplayable...))
+		traced = append(traced, o.Unreplayable...)
+		rep.State = natsState(h.NATSURL(), h.cfg.Run, traced)
+		if len(traced) > maxTraced {
+			traced = traced[:maxTraced]
+		}
+		rep.State += logsNaming(h.logs, traced)
+		if !finished {
+			for _, w := range h.workers {
+				if w.exited() {
+					continue
+				}
+				rep.State += fmt.Sprintf("last lines of %s:\n%s\n", w.name, w.tail(8))
+			}
+		}
 	}
 	return nil
 }

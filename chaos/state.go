@@ -57,7 +57,7 @@ func withSamples(input []inputPrompt, samples int) []inputPrompt {
 }
 
 // natsState describes what the NATS server holds for run: the streams,
-// the run's three consumers and, for each of ids (up to maxTraced),
+// the run's consumers, its workers' last heartbeats and, for each of ids (up to maxTraced),
 // whether a result or a dead letter is stored and how many failures were
 // counted against it. It is what a person looks at first when a run
 // stalls or the output is wrong.
@@ -104,6 +104,8 @@ func natsState(url, run string, ids []string) string {
 			c.name, i.NumPending, i.NumAckPending, i.NumRedelivered, i.NumWaiting,
 			i.Delivered.Stream, i.Delivered.Consumer, i.AckFloor.Stream, i.Config.AckWait, i.Config.MaxDeliver)
 	}
+
+	b.WriteString(workerHeartbeats(ctx, js, run))
 
 	attempts, _ := js.KeyValue(ctx, schema.AttemptsBucket)
 	for n, id := range ids {
