@@ -161,10 +161,13 @@ type Store struct {
 	queue  []*Ticket
 	closed bool
 
-	off     atomic.Bool
-	warned  sync.Once
-	batches atomic.Int64 // committed batches, for tests
-	wg      sync.WaitGroup
+	off    atomic.Bool
+	warned sync.Once
+	// batches and batched count the batches committed and the messages
+	// they held: their ratio is how well group commit works under the
+	// load seen.
+	batches, batched atomic.Int64
+	wg               sync.WaitGroup
 }
 
 // New starts a Store that publishes through js to the stream that holds
@@ -227,6 +230,10 @@ func (s *Store) Off() bool { return s.off.Load() }
 
 // Batches counts the batches committed so far.
 func (s *Store) Batches() int64 { return s.batches.Load() }
+
+// Batched counts the messages stored in those batches (messages that went
+// alone are not counted).
+func (s *Store) Batched() int64 { return s.batched.Load() }
 
 // commits takes whatever is queued and commits it, until Close.
 func (s *Store) commits() {
@@ -296,6 +303,7 @@ func (s *Store) commit(batch []*Ticket) {
 	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false})
 	if err == nil {
 		s.batches.Add(1)
+		s.batched.Add(int64(len(batch)))
 		settleAll(batch, Stored, nil)
 		return
 	}

@@ -102,8 +102,8 @@ func TestMessagesSubmittedTogetherAreStoredAsOneBatch(t *testing.T) {
 	if n := count(t, st); n != 300 {
 		t.Fatalf("stream holds %d messages, want 300", n)
 	}
-	if b := s.Batches(); b != 1 {
-		t.Fatalf("%d batches, want 1", b)
+	if b, n := s.Batches(), s.Batched(); b != 1 || n != 300 {
+		t.Fatalf("%d messages in %d batches, want 300 in 1", n, b)
 	}
 }
 
@@ -113,8 +113,8 @@ func TestBatchesAreBoundedInMessagesAndBytes(t *testing.T) {
 	defer s.Close()
 	got := outcomes(t, s.SubmitAll(msgs(25, "a")))
 	// 10, 10 and 5: the last batch of 5 is still a batch.
-	if got[batchstore.Stored] != 25 || s.Batches() != 3 {
-		t.Fatalf("outcomes %v in %d batches, want 25 stored in 3", got, s.Batches())
+	if got[batchstore.Stored] != 25 || s.Batches() != 3 || s.Batched() != 25 {
+		t.Fatalf("outcomes %v, %d in %d batches, want 25 stored in 3", got, s.Batched(), s.Batches())
 	}
 	big := msgs(3, "b")
 	for i, m := range big {

@@ -305,6 +305,7 @@ wait:
 	<-p.done
 	if p.batch != nil {
 		p.batch.Close()
+		p.log.Info("group commit: stored in batches", "run", p.run, "prompts", p.batch.Batched(), "batches", p.batch.Batches())
 	}
 	for {
 		select {

@@ -26,9 +26,12 @@ func (w *Worker) startBatches() (stop func()) {
 	}
 	return func() {
 		w.batches.results.Close()
+		args := []any{"results", w.batches.results.Batched(), "result_batches", w.batches.results.Batches()}
 		if w.batches.turns != nil {
 			w.batches.turns.Close()
+			args = append(args, "turns", w.batches.turns.Batched(), "turn_batches", w.batches.turns.Batches())
 		}
+		w.log.Info("group commit: stored in batches", args...)
 	}
 }
 

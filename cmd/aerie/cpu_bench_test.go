@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -82,12 +83,14 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 		server := startEnv(b, bin, profile("nats"), "server", "--listen", natsAddr, "--store", filepath.Join(data, "nats"))
 		waitTCP(b, natsAddr)
 		run := fmt.Sprintf("cpu%d", i)
-		work := startEnv(b, bin, profile("worker"), "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", "200", "--name", "w", "--grace", "2s")
+		// At info level the worker and the producer say how they batched.
+		info := func(env []string) []string { return append(env, "AERIE_LOG_LEVEL=info") }
+		work := startEnv(b, bin, info(profile("worker")), "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", "200", "--name", "w", "--grace", "2s")
 
 		serverBefore, workBefore, simBefore := procCPU(b, server), procCPU(b, work), procCPU(b, sim)
 		began := time.Now()
 		agg := aerieEnv(b, bin, profile("aggregator"), "aggregate", "--nats", natsURL, "--run", run, "--data-dir", data, "--exit-when-done", "--event-interval", "1s")
-		prod := aerieEnv(b, bin, profile("producer"), "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5")
+		prod := aerieEnv(b, bin, info(profile("producer")), "produce", "--nats", natsURL, "--run", run, "--prompts", prompts, "--model", "moonshotai/Kimi-K2.5")
 		prod.wait(b, 10*time.Minute)
 		agg.wait(b, 10*time.Minute)
 		wall := time.Since(began)
@@ -98,14 +101,19 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 			"producer":   exitedCPU(prod),
 		}
 		backendAerie := procCPU(b, sim) - simBefore
+		// The worker says at its end how its results were group-committed.
+		_ = work.cmd.Process.Signal(syscall.SIGTERM)
+		<-waitDone(work)
+		batching := fmt.Sprintf("prompts in batches of %s, results in batches of %s",
+			meanBatch(prod.stderr.String(), "prompts", "batches"), meanBatch(work.stderr.String(), "results", "result_batches"))
 		var total time.Duration
 		for _, d := range cpu {
 			total += d
 		}
 		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-		b.Logf("%d prompts in %.1fs (%.0f prompts/s); µs of CPU per prompt: worker %.0f, NATS %.0f, aggregator %.0f, producer %.0f; aerie and NATS %.0f; plain client %.0f (%.2fx); backend %.0f for aerie, %.0f for the plain client",
+		b.Logf("%d prompts in %.1fs (%.0f prompts/s); µs of CPU per prompt: worker %.0f, NATS %.0f, aggregator %.0f, producer %.0f; aerie and NATS %.0f; plain client %.0f (%.2fx); backend %.0f for aerie, %.0f for the plain client; %s",
 			n, wall.Seconds(), float64(n)/wall.Seconds(), per(cpu["worker"]), per(cpu["NATS"]), per(cpu["aggregator"]), per(cpu["producer"]),
-			per(total), per(plain), per(total)/per(plain), per(backendAerie), per(simPlain))
+			per(total), per(plain), per(total)/per(plain), per(backendAerie), per(simPlain), batching)
 		for metric, v := range map[string]float64{
 			"worker-µs/prompt": per(cpu["worker"]), "nats-µs/prompt": per(cpu["NATS"]),
 			"aggregator-µs/prompt": per(cpu["aggregator"]), "producer-µs/prompt": per(cpu["producer"]),
@@ -118,6 +126,32 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 		slices.Sort(vs)
 		b.ReportMetric(vs[len(vs)/2], metric)
 	}
+}
+
+// meanBatch reads the "group commit: stored in batches" line of a log and
+// returns the mean batch size, msgs over batches, with both counts; "?"
+// without the line.
+func meanBatch(log, msgs, batches string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "group commit") {
+			continue
+		}
+		var m, n float64
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case msgs:
+				m, _ = strconv.ParseFloat(v, 64)
+			case batches:
+				n, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if n == 0 {
+			return fmt.Sprintf("none (%.0f stored alone or in batches)", m)
+		}
+		return fmt.Sprintf("%.1f (%.0f in %.0f)", m/n, m, n)
+	}
+	return "?"
 }
 
 // procCPU is the CPU time (user and system, every thread) that the
