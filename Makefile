@@ -152,13 +152,14 @@ BENCHN   ?= 3
 # 700 MB), made first when it is missing.
 BENCH_EXPORT_DIR ?= $(DATA)/demo-25k-turns
 
-bench: $(BENCH_EXPORT_DIR)/completions.jsonl
+bench: $(BENCH_EXPORT_DIR)/completions.jsonl natscli
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHN)x -timeout 30m ./pipeline/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./producer/
 	$(GO) test -run '^$$' -bench '^(BenchmarkTwoBackendsMakespan|BenchmarkBackToBack|BenchmarkWeights|BenchmarkPriority|BenchmarkServing)$$' -benchtime 1x -timeout 60m ./worker/
 	AERIE_MAKESPAN_SPEED=1 $(GO) test -run '^$$' -bench '^BenchmarkLongestFirst$$' -benchtime $(BENCHN)x -timeout 60m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkSamplesPrefill$$' -benchtime $(BENCHN)x -timeout 10m ./worker/
 	$(GO) test -run '^$$' -bench '^BenchmarkCPUPerPrompt$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
+	$(GO) test -run '^$$' -bench '^BenchmarkBrokerFloor$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	$(GO) test -run '^$$' -bench '^BenchmarkMillion$$' -benchtime 1x -timeout 60m ./aggregator/
 	AERIE_RSS_PRODUCE=1000000 $(GO) test -count=1 -v -run '^TestProducePeakRSS$$' -timeout 30m ./cmd/aerie/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/

@@ -85,7 +85,7 @@ func TestInspectREADME(t *testing.T) {
 
 // findNatsCLI returns the nats CLI of bin/tools (make test installs it
 // there), else the one on PATH; the test skips without one.
-func findNatsCLI(t *testing.T) string {
+func findNatsCLI(t testing.TB) string {
 	path, err := filepath.Abs(filepath.Join("..", "..", "bin", "tools", "nats"))
 	if err == nil {
 		if _, err = os.Stat(path); err != nil {
