@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,12 +13,21 @@ import (
 )
 
 func cmdAuth(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "init" {
-		return errors.New("aerie auth: want `aerie auth init --out DIR`")
-	}
 	fs, _ := newFlags("auth init", "--out DIR [--routes HOST:PORT,...]")
 	out := fs.String("out", "", "directory for the role seeds, users.conf, route.secret and routes.conf (created 0700; existing seeds and secret are kept)")
 	routes := fs.String("routes", "", "comma-separated host:port (or nats-route://host:port) of every cluster node, for routes.conf's routes list with the route credentials in each URL (empty: routes.conf holds only the route authorization)")
+	if len(args) == 0 || args[0] != "init" {
+		if len(args) > 0 && isHelpFlag(args[0]) {
+			fmt.Fprint(fs.Output(), "aerie auth has one subcommand, init: it writes one nkey seed per role, the nats-server users.conf that grants each role its permissions, and the cluster's route secret.\n\n")
+			fs.Usage()
+			return flag.ErrHelp
+		}
+		got := "nothing"
+		if len(args) > 0 {
+			got = fmt.Sprintf("%q", args[0])
+		}
+		return fmt.Errorf("want `aerie auth init --out DIR`, got %s after auth (see `aerie auth -h`)", got)
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -53,4 +63,13 @@ func cmdAuth(ctx context.Context, args []string) error {
 	}
 	_ = os.Stdout.Sync()
 	return nil
+}
+
+// isHelpFlag reports whether arg asks for help.
+func isHelpFlag(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
 }

@@ -19,6 +19,8 @@ func TestErrorsNameTheCommandOnce(t *testing.T) {
 		{"produce", "--run", "r", "--prompts", filepath.Join(dir, "missing.jsonl"), "--dry-run", "--on-length", "sometimes"},
 		{"doctor", "--workers", "-1"},
 		{"gen-prompts", "--out", filepath.Join(dir, "p.jsonl"), "stray"},
+		{"auth"},
+		{"auth", "create"},
 	} {
 		p := aerie(t, bin, args...)
 		if code := p.exit(t, time.Minute); code != 1 {
@@ -35,6 +37,35 @@ func TestErrorsNameTheCommandOnce(t *testing.T) {
 		if strings.HasPrefix(rest, args[0]) {
 			t.Errorf("%v: message names the command twice: %q", args, msg)
 		}
+	}
+}
+
+// Every command listed by aerie help has help of its own: aerie help
+// <command> and aerie <command> -h exit 0 and print its usage.
+func TestEveryCommandHasHelp(t *testing.T) {
+	bin := buildAerie(t)
+	list := aerie(t, bin, "help")
+	if code := list.exit(t, time.Minute); code != 0 {
+		t.Fatalf("aerie help: exit %d", code)
+	}
+	_, commands, _ := strings.Cut(list.stderr.String(), "Commands:\n")
+	n := 0
+	for _, line := range strings.Split(commands, "\n") {
+		fields := strings.Fields(line)
+		if !strings.HasPrefix(line, "  ") || len(fields) == 0 {
+			continue
+		}
+		name := fields[0]
+		n++
+		for _, args := range [][]string{{"help", name}, {name, "-h"}} {
+			p := aerie(t, bin, args...)
+			if code := p.exit(t, time.Minute); code != 0 || !strings.Contains(p.stderr.String(), "Usage: aerie "+name) {
+				t.Errorf("aerie %s: exit %d, want 0 and its usage:\n%s", strings.Join(args, " "), code, p.stderr.String())
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("aerie help listed %d commands:\n%s", n, list.stderr.String())
 	}
 }
 
