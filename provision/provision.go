@@ -103,6 +103,24 @@ func oncePerSubject(name, root, description string, replicas int) jetstream.Stre
 // yet.
 func Streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	opts = opts.withDefaults()
+	return explainReplicas(streams(ctx, js, opts), opts.Replicas)
+}
+
+// errReplicasNotClustered is JetStream's error code for streams of more
+// than one replica on a server that is not part of a cluster.
+const errReplicasNotClustered = 10074
+
+// explainReplicas turns the server's refusal of replicated streams on a
+// lone server into what to do about it; other errors pass unchanged.
+func explainReplicas(err error, replicas int) error {
+	var api *jetstream.APIError
+	if err == nil || !errors.As(err, &api) || api.ErrorCode != errReplicasNotClustered {
+		return err
+	}
+	return fmt.Errorf("%w: streams of %d replicas need a NATS cluster, and this server runs alone; drop --replicas (one replica is the only choice on a single server)", err, replicas)
+}
+
+func streams(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	configs := []jetstream.StreamConfig{
 		oncePerSubject(schema.PromptsStream, schema.PromptsRoot, "aerie prompts, one per subject aerie.prompts.<run>.<id digest>", opts.Replicas),
 		oncePerSubject(schema.ResultsStream, schema.ResultsRoot, "aerie results, one per prompt", opts.Replicas),

@@ -130,3 +130,16 @@ func TestProvisionAllowsAtomicPublishOnOlderStreams(t *testing.T) {
 		t.Fatalf("the existing stream's configuration was replaced: description %q", d)
 	}
 }
+
+// Replicated streams on a lone server fail at once, saying to drop
+// --replicas.
+func TestReplicasOnALoneServerSayWhatToDo(t *testing.T) {
+	s := brokertest.Start(t)
+	_, js := brokertest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := provision.Streams(ctx, js, provision.Options{Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "drop --replicas") || !strings.Contains(err.Error(), "runs alone") {
+		t.Fatalf("err = %v, want advice to drop --replicas", err)
+	}
+}
