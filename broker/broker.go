@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aerie-dev/aerie/lockfile"
@@ -158,6 +159,18 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// nats-server logs a port it cannot bind and goes on waiting: find
+	// that out now, not after readyTimeout.
+	if err := portFree("clients", host, opts.Port); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if cfg.ClusterListen != "" {
+		if err := portFree("routes", opts.Cluster.Host, opts.Cluster.Port); err != nil {
+			lock.Release()
+			return nil, err
+		}
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		lock.Release()
@@ -179,6 +192,44 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// PortInUseError is a listen address that cannot be listened on, most
+// often because another process holds it.
+type PortInUseError struct {
+	// What listens there: "clients" or "routes".
+	What string
+	Addr string
+	Err  error
+}
+
+func (e *PortInUseError) Error() string {
+	if !errors.Is(e.Err, syscall.EADDRINUSE) {
+		return fmt.Sprintf("broker: cannot listen for %s on %s: %v: give a host that is one of this machine's addresses (0.0.0.0 for all) and a port this user may open", e.What, e.Addr, e.Err)
+	}
+	return fmt.Sprintf("broker: cannot listen for %s on %s: %v: another process has it (ss -ltnp 'sport = :%s' names it); stop that process or listen on another port",
+		e.What, e.Addr, e.Err, portOf(e.Addr))
+}
+
+func (e *PortInUseError) Unwrap() error { return e.Err }
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// portFree reports, as a *PortInUseError, that host:port cannot be
+// listened on; a random port (-1 or 0) is always free.
+func portFree(what, host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &PortInUseError{What: what, Addr: addr, Err: err}
+	}
+	return l.Close()
 }
 
 // clusterOptions fills in the cluster part of opts from cfg.

@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +65,36 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	if n := st.CachedInfo().State.Msgs; n != 1 {
 		t.Fatalf("after restart the stream holds %d messages, want 1", n)
 	}
+}
+
+// A port another process listens on fails the start at once, naming the
+// address and what to do, for clients and for routes; the store is left
+// unlocked for the next try.
+func TestPortInUseFailsAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	store := t.TempDir()
+	began := time.Now()
+	_, err = broker.Start(broker.Config{StoreDir: store, Port: port})
+	var inUse *broker.PortInUseError
+	if !errors.As(err, &inUse) || inUse.What != "clients" || !strings.Contains(err.Error(), "another process has it") {
+		t.Fatalf("Start on a port in use = %v", err)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("the error took %v", d)
+	}
+	_, err = broker.Start(broker.Config{StoreDir: store, Port: -1, Name: "n1", ClusterListen: l.Addr().String(),
+		Routes: []string{"nats-route://" + l.Addr().String()}})
+	if !errors.As(err, &inUse) || inUse.What != "routes" {
+		t.Fatalf("Start with routes on a port in use = %v", err)
+	}
+	s, err := broker.Start(broker.Config{StoreDir: store, Port: -1})
+	if err != nil {
+		t.Fatalf("the store stayed locked after the failed starts: %v", err)
+	}
+	s.Shutdown()
 }
