@@ -151,4 +151,21 @@ func TestAuthInitAndServerAuthDir(t *testing.T) {
 	}
 	ok := aerie(t, bin, "runs", "ls", "--nats", "nats://"+natsAddr, "--nkey", filepath.Join(keys, auth.SeedFile(auth.Admin)))
 	ok.wait(t, time.Minute)
+
+	// A server on a new directory says that it created the seeds, and where.
+	fresh := filepath.Join(t.TempDir(), "new-keys")
+	addr := freeAddr(t)
+	srv := startEnv(t, bin, []string{"AERIE_LOG_LEVEL=info"}, "server", "--listen", addr, "--store", t.TempDir(), "--auth-dir", fresh)
+	waitTCP(t, addr)
+	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	<-waitDone(srv)
+	log := srv.stderr.String()
+	if !strings.Contains(log, "created=producer,worker,aggregator,admin") {
+		t.Errorf("the server does not say it created the seeds:\n%s", log)
+	}
+	for _, r := range auth.Roles {
+		if path := filepath.Join(fresh, auth.SeedFile(r)); !strings.Contains(log, path) {
+			t.Errorf("the server does not say where the %s seed is (%s):\n%s", r, path, log)
+		}
+	}
 }

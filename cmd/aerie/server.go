@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/nats-io/nats-server/v2/server"
@@ -74,6 +75,12 @@ func cmdServer(ctx context.Context, args []string) error {
 		}
 	}
 	if *authDir != "" {
+		var created []string
+		for _, r := range auth.Roles {
+			if _, err := os.Stat(filepath.Join(*authDir, auth.SeedFile(r))); errors.Is(err, os.ErrNotExist) {
+				created = append(created, string(r))
+			}
+		}
 		public, err := auth.EnsureDir(*authDir)
 		if err != nil {
 			return fmt.Errorf("--auth-dir: %w", err)
@@ -81,7 +88,14 @@ func cmdServer(ctx context.Context, args []string) error {
 		if cfg.Users, err = auth.NkeyUsers(public); err != nil {
 			return fmt.Errorf("--auth-dir: %w", err)
 		}
-		log.Info("clients must authenticate with a role nkey", "dir", *authDir)
+		args := []any{"dir", *authDir}
+		if len(created) > 0 {
+			args = append(args, "created", strings.Join(created, ","))
+		}
+		for _, r := range auth.Roles {
+			args = append(args, string(r), filepath.Join(*authDir, auth.SeedFile(r)))
+		}
+		log.Info("clients must authenticate with their role's nkey seed: give each host only its role's (--nkey FILE)", args...)
 	}
 	if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
 		if *tlsCert == "" || *tlsKey == "" {
