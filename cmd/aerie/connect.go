@@ -42,6 +42,17 @@ func connect(ctx context.Context, nf *natsFlags, name string, log *slog.Logger) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (%s)", natsdial.Redact(nf.url), err, nf.connectHint(err))
 	}
+	if nf.nkey != "" || nf.creds != "" {
+		// Another role's key would make every request wait out its
+		// timeout: the replies go to an inbox it may not read.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := auth.CheckRole(cctx, nc, nf.role, strings.Replace(name, "aerie-", "aerie ", 1))
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()

@@ -42,3 +42,44 @@ func TestDoctorChecksTheRolesPermissions(t *testing.T) {
 		}
 	}
 }
+
+// Every command that connects to NATS finds another role's key at once,
+// says whose key it is and which the command needs, instead of waiting
+// out request timeouts on an inbox it may not read.
+func TestWrongRolesKeyFailsAtOnce(t *testing.T) {
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	addr := freeAddr(t)
+	start(t, bin, "server", "--listen", addr, "--store", filepath.Join(dir, "nats"), "--auth-dir", keys)
+	waitTCP(t, addr)
+	key := func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
+	prompts := filepath.Join(dir, "prompts.jsonl")
+	aerie(t, bin, "gen-prompts", "--count", "5", "--out", prompts).wait(t, time.Minute)
+	for _, tc := range []struct {
+		args      []string
+		got, want auth.Role
+	}{
+		{[]string{"status"}, auth.Worker, auth.Admin},
+		{[]string{"runs", "ls"}, auth.Worker, auth.Admin},
+		{[]string{"replay", "--run", "r"}, auth.Aggregator, auth.Admin},
+		{[]string{"reconcile", "--run", "r", "--prompts", prompts}, auth.Producer, auth.Admin},
+		{[]string{"aggregate", "--run", "r", "--data-dir", filepath.Join(dir, "data")}, auth.Worker, auth.Aggregator},
+		{[]string{"produce", "--run", "r", "--prompts", prompts, "--model", "m"}, auth.Aggregator, auth.Producer},
+		{[]string{"work", "--run", "r", "--backend", "http://" + freeAddr(t)}, auth.Producer, auth.Worker},
+	} {
+		args := append(append([]string(nil), tc.args...), "--nats", "nats://"+addr, "--nkey", key(tc.got))
+		began := time.Now()
+		p := aerie(t, bin, args...)
+		code := p.exit(t, time.Minute)
+		took := time.Since(began)
+		msg := p.stderr.String()
+		want := "this is the " + string(tc.got) + "'s key, and aerie " + tc.args[0]
+		if code != 1 || !strings.Contains(msg, want) || !strings.Contains(msg, "--nkey "+auth.SeedFile(tc.want)) {
+			t.Errorf("%v with the %s key: exit %d, want 1 saying %q and --nkey %s:\n%s", tc.args, tc.got, code, want, auth.SeedFile(tc.want), msg)
+		}
+		if took > 5*time.Second {
+			t.Errorf("%v with the %s key took %v to fail", tc.args, tc.got, took.Round(time.Millisecond))
+		}
+	}
+}

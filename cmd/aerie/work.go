@@ -63,6 +63,13 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Connected first: a key of another role fails here at once, not
+	// after the preflight has waited for a backend that is loading.
+	nc, js, err := connect(ctx, nf, "aerie-work", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
 	if err := preflightWorker(ctx, nf, *run, bf.url, key, bwait, window.size, yield, log); err != nil {
 		return err
 	}
@@ -71,11 +78,6 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	nc, js, err := connect(ctx, nf, "aerie-work", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
 	window.apply(&wc)
 	yield.apply(&wc)
