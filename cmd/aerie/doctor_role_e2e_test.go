@@ -14,13 +14,7 @@ import (
 // passes; another role's key fails, saying whose it is and what the
 // command would miss.
 func TestDoctorChecksTheRolesPermissions(t *testing.T) {
-	bin := buildAerie(t)
-	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	addr := freeAddr(t)
-	start(t, bin, "server", "--listen", addr, "--store", filepath.Join(dir, "nats"), "--auth-dir", keys)
-	waitTCP(t, addr)
-	key := func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
+	bin, _, addr, key := serverWithRoles(t)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -47,13 +41,7 @@ func TestDoctorChecksTheRolesPermissions(t *testing.T) {
 // says whose key it is and which the command needs, instead of waiting
 // out request timeouts on an inbox it may not read.
 func TestWrongRolesKeyFailsAtOnce(t *testing.T) {
-	bin := buildAerie(t)
-	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys")
-	addr := freeAddr(t)
-	start(t, bin, "server", "--listen", addr, "--store", filepath.Join(dir, "nats"), "--auth-dir", keys)
-	waitTCP(t, addr)
-	key := func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
+	bin, dir, addr, key := serverWithRoles(t)
 	prompts := filepath.Join(dir, "prompts.jsonl")
 	aerie(t, bin, "gen-prompts", "--count", "5", "--out", prompts).wait(t, time.Minute)
 	for _, tc := range []struct {
@@ -82,4 +70,18 @@ func TestWrongRolesKeyFailsAtOnce(t *testing.T) {
 			t.Errorf("%v with the %s key took %v to fail", tc.args, tc.got, took.Round(time.Millisecond))
 		}
 	}
+}
+
+// serverWithRoles starts aerie server with role keys in a new directory
+// and returns the binary, a directory for the test, the server's address
+// and the path of each role's seed.
+func serverWithRoles(t *testing.T) (bin, dir, addr string, key func(auth.Role) string) {
+	t.Helper()
+	bin = buildAerie(t)
+	dir = t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	addr = freeAddr(t)
+	start(t, bin, "server", "--listen", addr, "--store", filepath.Join(dir, "nats"), "--auth-dir", keys)
+	waitTCP(t, addr)
+	return bin, dir, addr, func(r auth.Role) string { return filepath.Join(keys, auth.SeedFile(r)) }
 }
