@@ -117,6 +117,9 @@ func checkCompletion(ctx context.Context, s *session) Result {
 		return skip("backend not healthy (see backend)")
 	}
 	if s.done["model"] == Fail {
+		if !s.listed {
+			return skip("not asked: the backend's model list failed (see model)")
+		}
 		return skip("the run's model is not served (see model)")
 	}
 	model, from, ok := s.runModel()

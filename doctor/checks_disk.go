@@ -21,7 +21,8 @@ const (
 	assumedTokens = 4000
 	// bytesPerOutputToken is the output estimate per generated token: the
 	// answer's text (about four bytes a token) as escaped JSON, plus its
-	// share of the repeated prompt and metadata of each line.
+	// share of each line's metadata. The prompt each line repeats is
+	// counted apart, from the prompts file (session.promptBytes).
 	bytesPerOutputToken = 5
 )
 
@@ -116,20 +117,6 @@ func currentUser() string {
 	return "uid " + strconv.Itoa(os.Geteuid())
 }
 
-// remaining estimates how many prompts are still to be answered, and
-// says where the number comes from.
-func (s *session) remaining() (int, string) {
-	switch {
-	case s.consumer != nil:
-		return int(s.consumer.NumPending) + s.consumer.NumAckPending, "prompts not yet done"
-	case s.manifest != nil:
-		return s.manifest.Total, "prompts in the manifest"
-	case s.prompts > 0:
-		return s.prompts, "prompts in the prompts file"
-	}
-	return 0, ""
-}
-
 // freeResult carries freeBytes' answer out of await.
 type freeResult struct {
 	path string
@@ -167,17 +154,18 @@ func checkDiskSpace(ctx context.Context, s *session) Result {
 	if res.free < minFree {
 		return fail("free space there, or point --data-dir at a larger volume", "%s: under 1 GiB", free)
 	}
-	n, from := s.remaining()
-	if from == "" {
+	size, ok := s.size()
+	if !ok {
 		return pass("%s; expected output unknown (no consumer, manifest or prompts file to count)", free)
 	}
-	tokens, tokensFrom := s.maxTokens(), "max_tokens"
-	if tokens == 0 {
-		tokens, tokensFrom = assumedTokens, "tokens (max_tokens unset)"
+	answer, answerHow := s.answerBytes()
+	prompt := s.promptBytes()
+	expected := uint64(size.requests)*answer + uint64(size.units)*prompt
+	estimate := fmt.Sprintf("the run may write up to %s (%s x %s", formatBytes(expected), size, answerHow)
+	if prompt > 0 {
+		estimate += fmt.Sprintf(", and %s of prompt a line", formatBytes(prompt))
 	}
-	expected := uint64(n) * uint64(tokens) * bytesPerOutputToken
-	estimate := fmt.Sprintf("the run may write up to %s (%d %s x %d %s x %d bytes)",
-		formatBytes(expected), n, from, tokens, tokensFrom, bytesPerOutputToken)
+	estimate += ")"
 	if expected > res.free {
 		return warn("free space there, or point --data-dir at a larger volume", "%s; %s", free, estimate)
 	}

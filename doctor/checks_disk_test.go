@@ -7,6 +7,7 @@ import (
 
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/simulator"
 )
 
 // A regular file where a directory of the path should be: MkdirAll fails
@@ -56,6 +57,39 @@ func TestDiskSpaceShortWarns(t *testing.T) {
 	cfg.Run, cfg.PromptsFile = "huge", ""
 	rep := run(t, cfg)
 	expect(t, rep, "disk-space", doctor.Warn,
-		"3 prompts not yet done x 1099511627776 max_tokens x 5 bytes",
+		"3 answers (not yet done) x 1099511627776 max_tokens x 5 bytes",
 		"fix:point --data-dir at a larger volume")
+}
+
+// Before produce, the size checks count what the run will generate from
+// the prompts file and the run's flags: every turn with --turns all,
+// every sample, and token ids; also when the backend refuses the API
+// key and the context check cannot run.
+func TestSizeCountsTurnsSamplesAndTokenIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Run, cfg.Units, cfg.Model = "", "", testModel
+	// Three conversations: 2, 3 and 1 turns to generate.
+	cfg.PromptsFile = writePrompts(t, b.dir,
+		`{"id": "c1", "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]}`,
+		`{"id": "c2", "messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"}, {"role": "user", "content": "q3"}]}`,
+		`{"id": "c3", "prompt": "one question"}`)
+	cfg.MaxTokens = 1000
+
+	rep := run(t, cfg)
+	expect(t, rep, "disk-space", doctor.Pass, "3 answers (prompts in the prompts file) x 1000 max_tokens x 5 bytes")
+
+	cfg.TurnsAll, cfg.Samples, cfg.ReturnTokenIDs = true, 2, true
+	rep = run(t, cfg)
+	expect(t, rep, "disk-space", doctor.Pass, "12 answers for 6 lines (every turn of the prompts file, 2 samples each) x 1000 max_tokens x 12 bytes with token ids")
+	expect(t, rep, "store-space", doctor.Pass, "6 earlier turns")
+
+	// A backend that refuses the key: no model list, no context check,
+	// and still the prompts are counted.
+	cfg.Backend = startSim(t, simulator.Config{Model: testModel, APIKey: "sekret"})
+	rep = run(t, cfg)
+	expect(t, rep, "context-length", doctor.Skip, "3 prompts counted")
+	expect(t, rep, "completion", doctor.Skip, "the backend's model list failed")
+	expect(t, rep, "disk-space", doctor.Pass, "12 answers for 6 lines")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -50,6 +51,7 @@ func (p promptSize) String() string {
 // promptScan summarises a prompts file.
 type promptScan struct {
 	prompts int          // valid prompts
+	turns   int          // their turns to generate with --turns all (TurnSlots)
 	invalid int          // records that are not valid prompts
 	unit    string       // "line" or "row"
 	longest promptSize   // the longest valid prompt
@@ -88,6 +90,11 @@ func scanPrompts(ctx context.Context, path string, limit int, opts dataset.Parse
 			continue
 		}
 		sc.prompts++
+		if opts.Turns == schema.TurnsAll {
+			sc.turns += schema.TurnSlots(rec.Line.Messages)
+		} else {
+			sc.turns++
+		}
 		p := promptSize{unit: rd.Unit(), line: rec.N, id: rec.Line.ID, tokens: estimateTokens(rec.Line.Messages)}
 		if p.tokens > sc.longest.tokens {
 			sc.longest = p
@@ -109,19 +116,26 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	if s.cfg.PromptsFile == "" {
 		return skip("no prompts file given (--prompts)")
 	}
-	if !s.listed {
-		return skip("no max_model_len: no model list from the backend (see model)")
+	model, _, known := s.runModel()
+	card, served := s.servedModel(model)
+	var why string
+	switch {
+	case !s.listed:
+		why = "no max_model_len: no model list from the backend (see model)"
+	case !known:
+		why = fmt.Sprintf("no run manifest, and the backend serves %d models: which one is unknown", len(s.models))
+	case !served:
+		why = fmt.Sprintf("the backend does not serve %q (see model)", model)
+	case card.MaxModelLen <= 0:
+		why = fmt.Sprintf("the backend does not report max_model_len for %q", model)
 	}
-	model, _, ok := s.runModel()
-	if !ok {
-		return skip("no run manifest, and the backend serves %d models: which one is unknown", len(s.models))
-	}
-	card, ok := s.servedModel(model)
-	if !ok {
-		return skip("the backend does not serve %q (see model)", model)
-	}
-	if card.MaxModelLen <= 0 {
-		return skip("the backend does not report max_model_len for %q", model)
+	if why != "" {
+		// The prompts are still counted, for the disk and store checks.
+		if sc, err := await(ctx, func() promptScan { return scanPrompts(ctx, s.cfg.PromptsFile, math.MaxInt, s.parseOptions(model)) }); err == nil && sc.err == nil {
+			s.prompts, s.turns = sc.prompts, sc.turns
+			why += fmt.Sprintf("; %d prompts counted", sc.prompts)
+		}
+		return skip("%s", why)
 	}
 	maxLen, maxTokens := card.MaxModelLen, s.maxTokens()
 	answer := fmt.Sprintf("max_tokens %d", maxTokens)
@@ -136,10 +150,7 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	}
 
 	path := s.cfg.PromptsFile
-	opts := dataset.ParseOptions{Model: model}
-	if s.manifest != nil {
-		opts.Turns = s.manifest.TurnsMode()
-	}
+	opts := s.parseOptions(model)
 	sc, err := await(ctx, func() promptScan { return scanPrompts(ctx, path, limit, opts) })
 	if err == nil {
 		err = sc.err
@@ -147,7 +158,7 @@ func checkContextLength(ctx context.Context, s *session) Result {
 	if err != nil {
 		return fail("check --prompts", "read prompts file %s: %v", s.cfg.PromptsFile, err)
 	}
-	s.prompts = sc.prompts
+	s.prompts, s.turns = sc.prompts, sc.turns
 	file := filepath.Base(s.cfg.PromptsFile)
 	notes := ""
 	if sc.invalid > 0 {
@@ -181,4 +192,14 @@ func checkContextLength(ctx context.Context, s *session) Result {
 			"%s, within %.0f%% of the limit%s", fits, (1-nearLimit)*100, notes)
 	}
 	return pass("%s%s", fits, notes)
+}
+
+// parseOptions reads the prompts file as the run will: for model, in the
+// run's turns mode.
+func (s *session) parseOptions(model string) dataset.ParseOptions {
+	opts := dataset.ParseOptions{Model: model}
+	if s.turnsAll() {
+		opts.Turns = schema.TurnsAll
+	}
+	return opts
 }

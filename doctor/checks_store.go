@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/google/uuid"
@@ -41,31 +40,28 @@ func (n storeNeed) String() string {
 // all, every earlier turn's answer. ok is false when the count of
 // prompts is unknown.
 func (s *session) storeNeed() (storeNeed, bool) {
-	n, from := s.remaining()
-	if from == "" || n == 0 {
+	size, ok := s.size()
+	if !ok || size.units == 0 {
 		return storeNeed{}, false
 	}
 	var need storeNeed
-	var promptBytes uint64 // per prompt
-	if s.cfg.PromptsFile != "" && s.prompts > 0 {
-		if st, err := os.Stat(s.cfg.PromptsFile); err == nil {
-			promptBytes = uint64(st.Size()) / uint64(s.prompts)
-			need.how = append(need.how, fmt.Sprintf("%s a prompt as in %s", formatBytes(promptBytes), s.cfg.PromptsFile))
-		}
-	}
-	if promptBytes == 0 {
+	promptBytes := s.promptBytes()
+	if promptBytes > 0 {
+		need.how = append(need.how, fmt.Sprintf("%s a prompt as in %s", formatBytes(promptBytes), s.cfg.PromptsFile))
+	} else {
 		need.how = append(need.how, "prompts' own size unknown (no --prompts)")
 	}
-	tokens, tokensFrom := s.maxTokens(), "max_tokens"
-	if tokens == 0 {
-		tokens, tokensFrom = assumedTokens, "tokens (max_tokens unset)"
-	}
-	answer := uint64(tokens) * bytesPerOutputToken
-	need.how = append(need.how, fmt.Sprintf("%d %s x (%d %s x %d bytes)", n, from, tokens, tokensFrom, bytesPerOutputToken))
-	need.prompts = uint64(n) * (promptBytes + messageOverhead)
-	need.results = uint64(n) * (promptBytes + answer + messageOverhead)
-	if m := s.manifest; m != nil && m.Requests() > m.Total && m.Total > 0 {
-		extra := uint64(m.Requests()-m.Total) * uint64(n) / uint64(m.Total)
+	answer, answerHow := s.answerBytes()
+	need.how = append(need.how, fmt.Sprintf("%s x %s", size, answerHow))
+	units, requests := uint64(size.units), uint64(size.requests)
+	need.prompts = units * (promptBytes + messageOverhead)
+	// A result holds its prompt and its answer; with --turns all, every
+	// turn's answer.
+	need.results = units*(promptBytes+messageOverhead) + requests*answer
+	if requests > units {
+		// The earlier turns wait in the turns stream until their
+		// conversation's result is stored.
+		extra := requests - units
 		need.turns = extra * (promptBytes + answer + messageOverhead)
 		need.how = append(need.how, fmt.Sprintf("%d earlier turns", extra))
 	}

@@ -27,7 +27,7 @@ func TestStoreSpace(t *testing.T) {
 	cfg.Run = "big"
 	rep := run(t, cfg)
 	r := expect(t, rep, "store-space", doctor.Warn,
-		"3 prompts not yet done x (100000000 max_tokens x 5 bytes)",
+		"3 answers (not yet done) x 100000000 max_tokens x 5 bytes",
 		"the store has about",
 		"max_file_store lets a stream reserve",
 		"fix:give the server a larger max_file_store")

@@ -95,6 +95,14 @@ type Config struct {
 	// asks for them and fails when the backend does not return them.
 	// Once the run has a manifest, the manifest's setting is used.
 	ReturnTokenIDs bool
+	// TurnsAll, Samples and MaxTokens are the run's --turns all,
+	// --samples and --max-tokens for a run that has no manifest yet: the
+	// disk and store checks count every turn and sample the run will
+	// generate, each up to MaxTokens. Zero Samples means one; zero
+	// MaxTokens, unset. Once the run has a manifest, it says.
+	TurnsAll  bool
+	Samples   int
+	MaxTokens int
 	// YieldToServing says the workers will yield to serving traffic
 	// (aerie work --yield-to-serving): the test completion carries their
 	// priority, BatchPriority (zero: worker.DefaultBatchPriority), and

@@ -218,7 +218,7 @@ func TestHealthySetupPasses(t *testing.T) {
 	expect(t, rep, "model", doctor.Pass, `"test-model" is served with max_model_len 262144`)
 	expect(t, rep, "context-length", doctor.Pass, "2 prompts", `line 1 (id "a")`, "estimate: bytes/4", "max_tokens 64")
 	expect(t, rep, "completion", doctor.Pass, "TTFT", "reasoning returned")
-	expect(t, rep, "disk-space", doctor.Pass, "3 prompts not yet done x 64 max_tokens x 5 bytes")
+	expect(t, rep, "disk-space", doctor.Pass, "3 answers (not yet done) x 64 max_tokens x 5 bytes")
 	if _, err := os.Stat(filepath.Join(b.cfg.DataDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the data dir check left %s behind (err %v)", b.cfg.DataDir, err)
 	}

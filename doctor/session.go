@@ -36,7 +36,9 @@ type session struct {
 	models    []openai.Model // what the backend serves, once listed
 	listed    bool           // models holds the backend's answer
 
-	prompts int // valid prompts in PromptsFile, once scanned
+	// prompts is the valid prompts in PromptsFile once scanned, and
+	// turns their turns to generate with --turns all (prompts without).
+	prompts, turns int
 }
 
 func newSession(cfg Config) *session {
@@ -99,9 +101,34 @@ func (s *session) servedModel(model string) (openai.Model, bool) {
 // maxTokens is the run's max_tokens; 0 when unset or unknown.
 func (s *session) maxTokens() int {
 	if s.manifest == nil {
-		return 0
+		return s.cfg.MaxTokens
 	}
 	return s.manifest.Params.MaxTokens
+}
+
+// samples is how many samples the run takes of each prompt: the
+// manifest's, or before produce Config.Samples; at least one.
+func (s *session) samples() int {
+	if s.manifest != nil {
+		return max(s.manifest.Samples, 1)
+	}
+	return max(s.cfg.Samples, 1)
+}
+
+// tokenIDs reports whether the run stores token ids.
+func (s *session) tokenIDs() bool {
+	if s.manifest != nil {
+		return s.manifest.ReturnTokenIDs
+	}
+	return s.cfg.ReturnTokenIDs
+}
+
+// turnsAll reports whether the run generates every turn.
+func (s *session) turnsAll() bool {
+	if s.manifest != nil {
+		return s.manifest.TurnsMode() == schema.TurnsAll
+	}
+	return s.cfg.TurnsAll
 }
 
 func result(st Status, format string, args ...any) Result {

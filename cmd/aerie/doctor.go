@@ -11,6 +11,7 @@ import (
 	"github.com/aerie-dev/aerie/auth"
 
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
 )
 
@@ -21,6 +22,9 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	run := fs.String("run", "", "run whose consumer, manifest and model to check (empty: skip those checks)")
 	model := fs.String("model", "", "model the run will generate with, checked against the backend's while the run has no manifest (before aerie produce); once it has one, the manifest's model is checked")
 	returnTokenIDs := fs.Bool("return-token-ids", false, "the run will store token ids: the test completion asks for them while the run has no manifest (once it has one, the manifest says)")
+	turns := fs.String("turns", schema.TurnsLast, "the run's --turns (last or all) while it has no manifest: with all, the disk and store checks count every turn of the prompts file")
+	samples := fs.Int("samples", 1, "the run's --samples while it has no manifest: the disk and store checks count every sample")
+	maxTokens := fs.Int("max-tokens", 0, "the run's --max-tokens while it has no manifest: the longest answer the context and size checks allow for (0: unset)")
 	yieldToServing := fs.Bool("yield-to-serving", false, "the workers will run with --yield-to-serving: the test completion carries their priority, and the backend must run vLLM's --scheduling-policy priority")
 	batchPriority := fs.Int("batch-priority", worker.DefaultBatchPriority, "with --yield-to-serving, the workers' --batch-priority")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
@@ -47,6 +51,14 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case *turns != schema.TurnsLast && *turns != schema.TurnsAll:
+		return fmt.Errorf("--turns %q: use last or all", *turns)
+	case *samples < 1:
+		return fmt.Errorf("--samples %d: give at least 1", *samples)
+	case *maxTokens < 0:
+		return fmt.Errorf("--max-tokens %d: give 0 (unset) or more", *maxTokens)
+	}
 	role, err := doctorRole(*roleName, nf.nkey)
 	if err != nil {
 		return err
@@ -59,6 +71,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	cfg := doctor.Config{
 		NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: bwait, Log: slog.Default(),
 		Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
+		TurnsAll: *turns == schema.TurnsAll, Samples: *samples, MaxTokens: *maxTokens,
 		YieldToServing: *yieldToServing, BatchPriority: *batchPriority,
 		Backend: bf.url, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
