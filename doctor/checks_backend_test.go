@@ -207,6 +207,15 @@ func TestRequireModel(t *testing.T) {
 	if err := doctor.RequireModel(context.Background(), client, "the backend", "b"); err == nil || !strings.Contains(err.Error(), `check that the backend serves model "b"`) {
 		t.Errorf("backend down: %v", err)
 	}
+
+	// A backend that wants an API key says how to give it.
+	client, err = openai.New(openai.Config{BaseURL: startSim(t, simulator.Config{Model: "b", APIKey: "sekret"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doctor.RequireModel(context.Background(), client, "the backend", "b"); err == nil || !strings.Contains(err.Error(), "status 401") || !strings.Contains(err.Error(), "--api-key-file") {
+		t.Errorf("backend that wants a key: %v", err)
+	}
 }
 
 // The test completion is asked with every parameter of the run, and a run

@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/aerie-dev/aerie/openai"
@@ -23,6 +25,10 @@ func RequireModel(ctx context.Context, backend *openai.Client, where, model stri
 		defer cancel()
 	}
 	models, err := backend.Models(ctx)
+	var api *openai.APIError
+	if errors.As(err, &api) && (api.Status == http.StatusUnauthorized || api.Status == http.StatusForbidden) {
+		return fmt.Errorf("check that %s serves model %q: %w: the server wants the API key it was started with (vLLM's --api-key): give it with --api-key-file FILE or AERIE_API_KEY", where, model, err)
+	}
 	if err != nil {
 		return fmt.Errorf("check that %s serves model %q: %w", where, model, err)
 	}
