@@ -143,7 +143,8 @@ func Permissions(r Role) (*server.Permissions, error) {
 			api+"CONSUMER.MSG.NEXT."+schema.PromptsStream+".*",
 			"$JS.ACK."+schema.PromptsStream+".>",
 		)
-		pub = append(pub, read(schema.PromptsStream, schema.ResultsStream, schema.DeadStream, schema.TurnsStream,
+		// The events stream tells a worker when its run is done.
+		pub = append(pub, read(schema.PromptsStream, schema.ResultsStream, schema.DeadStream, schema.TurnsStream, schema.EventsStream,
 			kvStream(schema.RunsBucket), kvStream(schema.AttemptsBucket))...)
 		pub = append(pub, watch(schema.RunsBucket)...)
 		pub = append(pub,

@@ -66,6 +66,11 @@ type Config struct {
 	Run     string
 	Runs    []string
 	AllRuns bool
+	// ExitWhenDone stops the worker once its run (Run alone) is done: its
+	// aggregator has written every unit's outcome and nothing is left to
+	// deliver (done.go). The worker then stops as on a cancelled
+	// context. False keeps it waiting for replays and new runs.
+	ExitWhenDone bool
 	// Name identifies the worker in heartbeats and results. Empty means
 	// "<host>-<random>", unique per process, so that a restarted worker
 	// starts a new heartbeat series.
@@ -218,6 +223,9 @@ func (c Config) Validate() error {
 	}
 	if set != 1 {
 		return errors.New("worker: give exactly one of a run, a list of runs, or all runs")
+	}
+	if c.ExitWhenDone && c.Run == "" {
+		return errors.New("worker: exiting when done needs one run (--run): a worker of several runs, or of all, serves runs yet to come")
 	}
 	runs := c.Runs
 	if c.Run != "" {

@@ -109,6 +109,7 @@ func (w *Worker) runPut(ctx context.Context, m *schema.Manifest) {
 	w.skipped.Delete(m.Run)
 	w.addLane(l)
 	w.followPeers(ctx, l)
+	go w.watchDone(ctx, l, nil)
 	sc := l.schedule()
 	l.log.Info("serving run", "model", m.Model, "turns", m.TurnsMode(), "total", m.Total,
 		"priority", sc.Priority, "weight", sc.Share(), "paused", sc.Paused, "ack_wait", l.ackWait, "max_deliver", l.maxDeliver)

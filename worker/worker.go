@@ -303,6 +303,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, l := range w.serving() {
 		w.followPeers(work, l)
 	}
+	// With ExitWhenDone, the run's end stops the pulls as ctx would.
+	ctx, endPulls := context.WithCancel(ctx)
+	defer endPulls()
+	var onDone func()
+	if w.cfg.ExitWhenDone {
+		onDone = func() {
+			w.log.Info("stopping: the run is done (--exit-when-done)")
+			endPulls()
+		}
+	}
+	for _, l := range w.serving() {
+		go w.watchDone(work, l, onDone)
+	}
 	w.setHedgeCtx(ctx)
 	go w.watchRuns(work, kv)
 	go w.control(work)

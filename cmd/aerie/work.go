@@ -21,6 +21,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	nf := addNATSFlags(fs, auth.Worker)
 	run := fs.String("run", "", "run name")
 	runList := fs.String("runs", "", "serve these runs (comma-separated), sharing the window by each run's priority and weight (aerie runs set); a run produced later is served when its manifest appears")
+	exitWhenDone := fs.Bool("exit-when-done", false, "with --run, exit once the run is done: its aggregator has written every prompt's outcome and nothing is left to deliver (default: keep waiting for replays)")
 	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
 	backendWait := addBackendWaitFlag(fs)
@@ -78,7 +79,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
+	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, ExitWhenDone: *exitWhenDone, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
 	window.apply(&wc)
 	yield.apply(&wc)
 	w, err := worker.New(wc, js, client)
