@@ -164,6 +164,10 @@ type Estimator struct {
 	// truncated turn left ungenerated (skipped) and the turns of failed
 	// lines.
 	requests, localRequests int
+	// localTokens are the answer tokens of this process's written lines:
+	// the overall token rate's floor when the workers' heartbeats are too
+	// sparse to have counted them (a run of a few seconds).
+	localTokens             int64
 	skipped, failedRequests int
 	localFailed             int // lines failed in this process
 	// longestLine is the most tokens a written line took, all its turns
@@ -226,8 +230,9 @@ func (e *Estimator) Completed(at time.Time, a Answer) {
 	defer e.mu.Unlock()
 	e.addAnswer(a)
 	e.localRequests += len(a.Requests)
-	for range a.Requests {
+	for _, r := range a.Requests {
 		e.completions.add(at)
+		e.localTokens += int64(r.CompletionTokens)
 	}
 }
 
@@ -393,7 +398,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	out.RequestsPerSec = e.completions.rate(now)
 	if elapsed > 0 {
 		out.RequestsPerSecOverall = float64(e.localRequests) / elapsed
-		out.TokensPerSecOverall = streamed / elapsed
+		out.TokensPerSecOverall = max(streamed, float64(e.localTokens)) / elapsed
 	}
 	out.TokensPerSec = rateWindow
 	if c, n := e.hints.Correlation(); n > 0 {

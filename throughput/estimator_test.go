@@ -37,6 +37,11 @@ func TestNoHeartbeatNoETA(t *testing.T) {
 	if s.EstimatedCompletionTokens <= 0 || s.RequestsPerSec <= 0 {
 		t.Errorf("completions not counted: %+v", s)
 	}
+	// The overall token rate counts the written answers when no
+	// heartbeat has: 30 answers of 1,000 to 1,290 tokens in 30 s.
+	if want := float64(30*1000+10*29*30/2) / 30; math.Abs(s.TokensPerSecOverall-want) > 1e-9 {
+		t.Errorf("overall tokens/s %v, want %v from the written answers", s.TokensPerSecOverall, want)
+	}
 }
 
 func TestDoneETAZero(t *testing.T) {
