@@ -109,11 +109,13 @@ func (s *Summary) Print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "  throughput   %.2f requests/s, %.0f output tokens/s\n", s.RequestsPerSec, s.TokensPerSec)
 	}
-	backend := "at " + s.BackendURL
-	if s.Simulated {
-		backend += " (built-in simulator)"
+	if s.Model != "" || s.BackendURL != "" {
+		backend := "at " + s.BackendURL
+		if s.Simulated {
+			backend += " (built-in simulator)"
+		}
+		fmt.Fprintf(w, "  model        %s %s\n", s.Model, backend)
 	}
-	fmt.Fprintf(w, "  model        %s %s\n", s.Model, backend)
 	fmt.Fprintf(w, "  completions  %s\n", s.Completions)
 	fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
 	fmt.Fprintf(w, "  events       %s\n", s.EventsPath)

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
-	"github.com/aerie-dev/aerie/auth"
+	"os"
 
 	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/pipeline"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 func cmdAggregate(ctx context.Context, args []string) error {
@@ -40,5 +43,11 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.Run(ctx)
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+	if *exit && a.Last().Phase == schema.PhaseDone {
+		pipeline.AggregatorSummary(*run, *dataDir, a, log).Print(os.Stdout)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 // Workers started with --exit-when-done, two of them, each with the
 // worker's own key, say when their run is done and exit 0 once the
 // aggregator has written every prompt; a worker started after the end
-// exits as soon as it looks.
+// exits as soon as it looks. The aggregator, with --exit-when-done too,
+// ends with aerie run's summary and writes report.html.
 func TestWorkersExitWhenTheRunIsDone(t *testing.T) {
 	bin, dir, natsAddr, key := serverWithRoles(t)
 	natsURL := "nats://" + natsAddr
@@ -35,6 +37,17 @@ func TestWorkersExitWhenTheRunIsDone(t *testing.T) {
 	agg.wait(t, 3*time.Minute)
 	if n := countLines(filepath.Join(data, "done", "completions.jsonl")); n != 200 {
 		t.Fatalf("completions.jsonl holds %d lines, want 200", n)
+	}
+	t.Logf("the aggregator's summary:\n%s", agg.stdout.String())
+	// The aggregator ends as aerie run does: a summary, and report.html.
+	report := filepath.Join(data, "done", "report.html")
+	for _, want := range []string{"run done: done", "200 total, 200 completed", "throughput", "report       " + report} {
+		if !strings.Contains(agg.stdout.String(), want) {
+			t.Errorf("the aggregator's summary lacks %q:\n%s", want, agg.stdout.String())
+		}
+	}
+	if st, err := os.Stat(report); err != nil || st.Size() == 0 {
+		t.Errorf("report.html: %v", err)
 	}
 	for _, w := range []*proc{w1, w2, work("w3-after-the-end")} {
 		if code := w.exit(t, time.Minute); code != 0 {
