@@ -22,6 +22,7 @@ import (
 	"github.com/aerie-dev/aerie/dataset/lineindex"
 	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/runs"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/throughput"
 )
@@ -138,7 +139,8 @@ func (a *Aggregator) Last() schema.Throughput {
 // done), then writes a last event and returns. It first takes the sole
 // right to write the run's files (see owner), waiting up to
 // Config.LeaseWait for another aggregator to let go of it; it returns a
-// *HeldError if that one does not. It returns an error, too, if it loses
+// *HeldError if that one does not, or at once, with ExitWhenDone, a
+// *FinishedError when the run it holds is done. It returns an error, too, if it loses
 // that right while running. A ctx that ends while it is still starting
 // makes it return nil, as one that ends later does: a stop asked for is
 // not a failure.
@@ -153,7 +155,18 @@ func (a *Aggregator) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.dir, fsmode.Dir); err != nil {
 		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
 	}
-	if a.owner, err = own(ctx, a.js, a.cfg.Run, a.dir, a.cfg.LeaseWait, a.log); err != nil {
+	var finished func(context.Context, string) error
+	if a.cfg.ExitWhenDone {
+		// Nothing to wait for: the run another aggregator holds is done.
+		finished = func(ctx context.Context, holder string) error {
+			ev, err := runs.Done(ctx, a.js, a.cfg.Run)
+			if err != nil || ev == nil {
+				return nil
+			}
+			return &FinishedError{Run: a.cfg.Run, Holder: holder, Completed: ev.Completed, Failed: ev.Failed, Total: ev.Total}
+		}
+	}
+	if a.owner, err = own(ctx, a.js, a.cfg.Run, a.dir, a.cfg.LeaseWait, finished, a.log); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -42,6 +42,18 @@ func (e *HeldError) Error() string {
 		e.Run, e.Holder, e.Waited.Round(time.Second))
 }
 
+// FinishedError says that the run another aggregator holds is done:
+// an aggregator started to finish it has nothing to do.
+type FinishedError struct {
+	Run, Holder              string
+	Completed, Failed, Total int
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("run %s is done (%d completed, %d failed of %d) and another aggregator holds it: %s; nothing to do",
+		e.Run, e.Completed, e.Failed, e.Total, e.Holder)
+}
+
 // owner is an aggregator's right to write a run's files, held in two
 // ways: an OS lock on a file in the run's directory, which no other
 // process on this host (or on a host sharing the directory) can take
@@ -66,8 +78,10 @@ type owner struct {
 const leaseMargin = provision.LeaseTTL / 3
 
 // own takes the right to write run's output in dir, waiting up to wait
-// for another aggregator to let go of it. dir must exist.
-func own(ctx context.Context, js jetstream.JetStream, run, dir string, wait time.Duration, log *slog.Logger) (*owner, error) {
+// for another aggregator to let go of it. dir must exist. finished, when
+// not nil, is asked first each time the run is found held, with who holds
+// it; an error from it ends the wait.
+func own(ctx context.Context, js jetstream.JetStream, run, dir string, wait time.Duration, finished func(context.Context, string) error, log *slog.Logger) (*owner, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		abs = dir
@@ -79,6 +93,11 @@ func own(ctx context.Context, js jetstream.JetStream, run, dir string, wait time
 	deadline := time.Now().Add(wait)
 	var lastLog time.Time
 	waiting := func(holder string) error {
+		if finished != nil {
+			if err := finished(ctx, holder); err != nil {
+				return err
+			}
+		}
 		if time.Now().After(deadline) {
 			return &HeldError{Run: run, Holder: holder, Waited: max(wait, 0)}
 		}

@@ -2,21 +2,13 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/aerie-dev/aerie/runs"
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// A run is done when its aggregator has said so (its last throughput
-// event, kept in the events stream, is of phase done: every unit has its
-// line in completions.jsonl or failed.jsonl) and its consumer has nothing
-// left: no prompt to deliver and none delivered and unsettled. The second
-// half keeps a replay after the end from looking done until its prompts
-// are answered. A worker says when its run becomes done, and when prompts
+// A worker says when its run becomes done (runs.Done), and when prompts
 // come again; with Config.ExitWhenDone it then stops, as a worker does on
 // SIGTERM.
 
@@ -73,32 +65,5 @@ func (w *Worker) watchDone(ctx context.Context, l *lane, onDone func()) {
 // runDone returns the aggregator's last event when l's run is done, and
 // nil while it is not.
 func (w *Worker) runDone(ctx context.Context, l *lane) (*schema.Throughput, error) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	info, err := l.cons.Info(rctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.NumPending > 0 || info.NumAckPending > 0 {
-		return nil, nil
-	}
-	events, err := w.js.Stream(rctx, schema.EventsStream)
-	if err != nil {
-		return nil, err
-	}
-	m, err := events.GetLastMsgForSubject(rctx, schema.ThroughputSubject(l.run))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil // no aggregator has reported yet
-	}
-	if err != nil {
-		return nil, err
-	}
-	var ev schema.Throughput
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		return nil, err
-	}
-	if ev.Phase != schema.PhaseDone {
-		return nil, nil
-	}
-	return &ev, nil
+	return runs.Done(ctx, w.js, l.run)
 }

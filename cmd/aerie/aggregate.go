@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 
 	"github.com/aerie-dev/aerie/aggregator"
@@ -44,6 +46,12 @@ func cmdAggregate(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := a.Run(ctx); err != nil {
+		var finished *aggregator.FinishedError
+		if errors.As(err, &finished) {
+			log.Info(finished.Error())
+			fmt.Println(finished.Error())
+			return nil
+		}
 		return err
 	}
 	if *exit && a.Last().Phase == schema.PhaseDone {

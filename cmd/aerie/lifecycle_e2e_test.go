@@ -3,11 +3,17 @@ package main_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/runs"
 )
 
 // Workers started with --exit-when-done, two of them, each with the
@@ -16,13 +22,9 @@ import (
 // exits as soon as it looks. The aggregator, with --exit-when-done too,
 // ends with aerie run's summary and writes report.html.
 func TestWorkersExitWhenTheRunIsDone(t *testing.T) {
-	bin, dir, natsAddr, key := serverWithRoles(t)
-	natsURL := "nats://" + natsAddr
-	simAddr := freeAddr(t)
-	start(t, bin, "sim", "--listen", simAddr, "--speed", "2000", "--output-median", "100")
-	waitTCP(t, simAddr)
-	prompts := filepath.Join(dir, "prompts.jsonl")
-	aerie(t, bin, "gen-prompts", "--count", "200", "--out", prompts).wait(t, time.Minute)
+	bin, dir, addr, key := serverWithRoles(t)
+	natsURL := "nats://" + addr
+	simAddr, prompts := simAndPrompts(t, bin, dir, 200, 100)
 	data := filepath.Join(dir, "data")
 	info := []string{"AERIE_LOG_LEVEL=info"}
 	work := func(name string) *proc {
@@ -61,4 +63,60 @@ func TestWorkersExitWhenTheRunIsDone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A second aggregator started with --exit-when-done on a run that is done
+// and still held by its first aggregator says so at once and exits 0,
+// instead of waiting out the lease.
+func TestSecondAggregatorOnAFinishedRun(t *testing.T) {
+	bin, dir, addr, key := serverWithRoles(t)
+	natsURL := "nats://" + addr
+	simAddr, prompts := simAndPrompts(t, bin, dir, 50, 50)
+	data := filepath.Join(dir, "data")
+	start(t, bin, "work", "--nats", natsURL, "--nkey", key(auth.Worker), "--run", "fin", "--backend", "http://"+simAddr, "--grace", "2s")
+	start(t, bin, "aggregate", "--nats", natsURL, "--nkey", key(auth.Aggregator), "--run", "fin", "--data-dir", data, "--event-interval", "200ms")
+	aerie(t, bin, "produce", "--nats", natsURL, "--nkey", key(auth.Producer), "--run", "fin", "--prompts", prompts,
+		"--model", "moonshotai/Kimi-K2.5").wait(t, time.Minute)
+
+	opt, err := nats.NkeyOptionFromSeed(key(auth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL, opt, nats.CustomInboxPrefix(auth.InboxPrefix(auth.Admin)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	brokertest.Eventually(t, 2*time.Minute, func() bool {
+		ev, err := runs.Done(t.Context(), js, "fin")
+		return err == nil && ev != nil
+	}, "the run done")
+
+	began := time.Now()
+	second := aerie(t, bin, "aggregate", "--nats", natsURL, "--nkey", key(auth.Aggregator), "--run", "fin", "--data-dir", data, "--exit-when-done")
+	code := second.exit(t, time.Minute)
+	took := time.Since(began)
+	if out := second.stdout.String(); code != 0 || !strings.Contains(out, "run fin is done (50 completed, 0 failed of 50) and another aggregator holds it") {
+		t.Errorf("second aggregator: exit %d after %v\nstdout: %s\nstderr: %s", code, took, out, second.stderr.String())
+	}
+	if took > 5*time.Second {
+		t.Errorf("the second aggregator took %v to say the run is done", took.Round(time.Millisecond))
+	}
+	if n := countLines(filepath.Join(data, "fin", "completions.jsonl")); n != 50 {
+		t.Errorf("completions.jsonl holds %d lines, want 50", n)
+	}
+}
+
+// simAndPrompts starts a fast simulator with answers of about median
+// tokens and writes n prompts in dir; it returns the simulator's address
+// and the prompts file.
+func simAndPrompts(t *testing.T, bin, dir string, n, median int) (simAddr, prompts string) {
+	t.Helper()
+	simAddr = freeAddr(t)
+	start(t, bin, "sim", "--listen", simAddr, "--speed", "2000", "--output-median", strconv.Itoa(median))
+	waitTCP(t, simAddr)
+	prompts = filepath.Join(dir, "prompts.jsonl")
+	aerie(t, bin, "gen-prompts", "--count", strconv.Itoa(n), "--out", prompts).wait(t, time.Minute)
+	return simAddr, prompts
 }
