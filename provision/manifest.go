@@ -64,6 +64,11 @@ func WaitManifest(ctx context.Context, js jetstream.JetStream, run string, log *
 			}
 			if e == nil { // all current values delivered: none yet
 				log.Info("waiting for the run manifest: run `aerie produce` for this run", "bucket", schema.RunsBucket, "key", run)
+				// Other runs but not this one is most often a mistyped
+				// --run: say so now, not after a minute.
+				if names, _, err := runNames(ctx, kv, maxRunsListed); err == nil && len(names) > 0 {
+					warnNoManifest(ctx, js, kv, run, start, log)
+				}
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
@@ -135,6 +140,9 @@ func warnNoManifest(ctx context.Context, js jetstream.JetStream, kv jetstream.Ke
 	case len(runs) > 0:
 		existing = "runs on this server: " + strings.Join(runs, ", ")
 	}
+	if near := nearest(run, runs); near != "" {
+		existing += fmt.Sprintf(" (did you mean --run %s?)", near)
+	}
 	log.Warn(fmt.Sprintf("run %s has no manifest yet; %s; check --run and --nats, or run `aerie produce` for this run", run, existing),
 		"waited", time.Since(start).Round(time.Second), "server", serverURL(js), "runs", runs)
 }
@@ -164,4 +172,38 @@ func serverURL(js jetstream.JetStream) string {
 		return nc.ConnectedUrlRedacted()
 	}
 	return ""
+}
+
+// nearest is the name among names closest to run in edits, when it is
+// close enough to be a slip of the keyboard (at most a third of its
+// letters, and at least 1, changed); "" otherwise.
+func nearest(run string, names []string) string {
+	best, bestD := "", max(1, len(run)/3)+1
+	for _, n := range names {
+		if d := editDistance(run, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -103,7 +103,7 @@ func TestWaitManifestWarnsAndListsTheRunsThatExist(t *testing.T) {
 	rec := newRecorder(t)
 	got := waitManifest(ctx, t, js, "rnu-00", slog.New(rec))
 
-	parts := []string{"run rnu-00 has no manifest yet", strings.Join(want, ", ") + " and 2 more", "check --run and --nats", "aerie produce"}
+	parts := []string{"run rnu-00 has no manifest yet", strings.Join(want, ", ") + " and 2 more", "(did you mean --run run-00?)", "check --run and --nats", "aerie produce"}
 	brokertest.Eventually(t, 20*time.Second, func() bool { return len(rec.warnings(parts...)) >= 2 },
 		"two warnings containing %q", parts)
 
@@ -116,6 +116,20 @@ func TestWaitManifestWarnsAndListsTheRunsThatExist(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("WaitManifest did not return once the manifest was written")
 	}
+}
+
+// A mistyped --run on a server with other runs is said at once, not
+// after the warning interval.
+func TestWaitManifestSaysAtOnceThatTheRunIsNotThere(t *testing.T) {
+	defer provision.SetManifestWarnInterval(time.Hour)()
+	_, _, js := brokertest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	brokertest.Queue(t, js, schema.Manifest{Run: "kimi-k25-25k", Total: 1}, nil)
+	rec := newRecorder(t)
+	waitManifest(ctx, t, js, "kimi-k25-2k", slog.New(rec))
+	parts := []string{"run kimi-k25-2k has no manifest yet", "runs on this server: kimi-k25-25k (did you mean --run kimi-k25-25k?)"}
+	brokertest.Eventually(t, 10*time.Second, func() bool { return len(rec.warnings(parts...)) >= 1 }, "a warning containing %q", parts)
 }
 
 // On a server where nothing was ever produced the warning says so.
