@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -67,10 +68,15 @@ func (w *Worker) apply(r readings, pl plan) {
 	}
 	if n := pl.window.size; n > 0 && n != r.size {
 		w.win.resize(n)
-		if l := r.load; l != nil {
-			w.log.Debug("window resized", "from", r.size, "to", n, "why", pl.window.why,
-				"running", l.Running, "waiting", l.Waiting, "kv_cache", l.KVUsage, "preemptions", l.Preemptions)
+		level := slog.LevelDebug
+		if 4*abs(n-r.size) > r.size {
+			level = slog.LevelInfo // a change of more than a quarter is worth a line
 		}
+		args := []any{"from", r.size, "to", n, "why", pl.window.why}
+		if l := r.load; l != nil {
+			args = append(args, "running", l.Running, "waiting", l.Waiting, "kv_cache", l.KVUsage, "preemptions", l.Preemptions)
+		}
+		w.log.Log(context.Background(), level, "window resized", args...)
 	}
 	w.applyYield(pl.yield)
 	if pl.retire > 0 {
@@ -161,4 +167,11 @@ func (l *lane) applyFull(lp lanePlan, free int) {
 			"workers_heard", lp.workers, "their_windows", lp.windows,
 			"fix", fmt.Sprintf("nats consumer edit %s %s --max-pending %d", schema.PromptsStream, c.durable, lp.need))
 	}
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/aerie-dev/aerie/runs"
@@ -12,8 +13,28 @@ import (
 // come again; with Config.ExitWhenDone it then stops, as a worker does on
 // SIGTERM.
 
-// donePoll is how often a worker looks whether its runs are done.
+// donePoll is how often a worker looks whether its runs are done, and
+// whether a peer went silent.
 const donePoll = 2 * time.Second
+
+// cameBackLogEvery spaces the lines saying that prompts came back.
+const cameBackLogEvery = 10 * time.Second
+
+// silentAfter is how many heartbeat periods without one make a peer
+// silent.
+const silentAfter = 3
+
+// sayPeersGone logs each worker of l's run that went silent without
+// saying it was stopping: the prompts it held come back to the run's
+// workers once their AckWait has passed without a progress ack.
+func (w *Worker) sayPeersGone(l *lane) {
+	for _, p := range l.peers.newlySilent(time.Now(), silentAfter*w.cfg.Heartbeat) {
+		back := p.since.Add(l.ackWait)
+		l.log.Warn("a worker of the run went silent: the prompts it held come back after the AckWait",
+			"peer", p.name, "last_heard", time.Since(p.since).Round(time.Second), "held", p.inFlight,
+			"ack_wait", l.ackWait, "back_by", back.Format(time.TimeOnly))
+	}
+}
 
 // runState is what a worker last found of its run's end.
 type runState int
@@ -30,7 +51,18 @@ func (w *Worker) watchDone(ctx context.Context, l *lane, onDone func()) {
 	t := time.NewTicker(donePoll)
 	defer t.Stop()
 	state, warned := runUnknown, false
+	var backSaid int64
+	lastBack := time.Time{}
 	for {
+		w.sayPeersGone(l)
+		if n := l.cameBack.Load(); n > backSaid && time.Since(lastBack) >= cameBackLogEvery {
+			args := []any{"prompts", n - backSaid, "total", n}
+			if quiet := l.peers.quiet(time.Now(), w.cfg.Heartbeat*3/2); len(quiet) > 0 {
+				args = append(args, "silent_workers", strings.Join(quiet, ","))
+			}
+			l.log.Info("prompts delivered before came back to this worker (after a worker died, a hand-back or a retry)", args...)
+			backSaid, lastBack = n, time.Now()
+		}
 		ev, err := w.runDone(ctx, l)
 		switch {
 		case err != nil && ctx.Err() != nil:

@@ -56,6 +56,9 @@ type lane struct {
 	// the run's answer lengths, from which a request's is expected, and
 	// hintErr its answers' lengths over their length hints, from which
 	// the hints' error is known (hintlimit.go).
+	// cameBack counts deliveries of prompts delivered before (attempt
+	// above 1): a dead worker's, a hand-back's, a retry's.
+	cameBack atomic.Int64
 	pending  atomic.Int64
 	hedges   sync.Map // uint64 -> *hedge
 	hedgedBy sync.Map // uint64 -> worker name

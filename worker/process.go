@@ -25,6 +25,9 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 		return
 	}
 	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(ln, msg), lane: ln}
+	if d.attempt > 1 {
+		ln.cameBack.Add(1)
+	}
 	defer d.progress.stop()
 	defer ln.hedgedBy.Delete(d.seq)
 	p, err := decodePrompt(msg)

@@ -150,6 +150,31 @@ func (t *ttftLeast) least() time.Duration {
 type peers struct {
 	mu   sync.Mutex
 	last map[string]peer
+	// gone are the peers dropped from last for silence that had not said
+	// they were stopping, by name, kept for goneKept so that the prompts
+	// coming back can be put down to them.
+	gone map[string]silentPeer
+}
+
+// goneKept is how long a silent peer is remembered after it is dropped.
+const goneKept = 10 * time.Minute
+
+// dropLocked removes a peer not heard from for too long; one that did not
+// say it was stopping is remembered as gone. p.mu must be held.
+func (p *peers) dropLocked(name string, pr peer, now time.Time) {
+	delete(p.last, name)
+	if pr.stopping {
+		return
+	}
+	if p.gone == nil {
+		p.gone = map[string]silentPeer{}
+	}
+	for n, g := range p.gone {
+		if now.Sub(g.since) > goneKept {
+			delete(p.gone, n)
+		}
+	}
+	p.gone[name] = silentPeer{name: name, inFlight: pr.inFlight, since: pr.at, said: pr.silentSaid}
 }
 
 type peer struct {
@@ -168,6 +193,9 @@ type peer struct {
 	flights []schema.Flight
 	// hintError is the hints' error it reports (hintlimit.go).
 	hintError float64
+	// stopping: its last heartbeat said it was stopping on purpose;
+	// silentSaid: this worker has said it went silent.
+	stopping, silentSaid bool
 }
 
 // heard returns the handler of the run's heartbeats, self's left out.
@@ -193,7 +221,8 @@ func (p *peers) heard(self string) nats.MsgHandler {
 			p.last = map[string]peer{}
 		}
 		pr := peer{at: now, window: hb.Window, free: max(free, 0), inFlight: hb.InFlight, completed: hb.Completed,
-			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed, flights: hb.Hedgeable, hintError: hb.HintError}
+			pulling: !hb.Paused && !hb.TailHold, tokens: hb.TokensStreamed, flights: hb.Hedgeable, hintError: hb.HintError,
+			stopping: hb.PausedReason == schema.PausedStopping}
 		if was, ok := p.last[hb.Worker]; ok {
 			pr.rate = nextRate(was.rate, was.completed, hb.Completed, now.Sub(was.at))
 			decoding := 0
@@ -208,7 +237,65 @@ func (p *peers) heard(self string) nats.MsgHandler {
 			pr.speed = hb.Speed // its own measure, when it sends one
 		}
 		p.last[hb.Worker] = pr
+		delete(p.gone, hb.Worker)
 	}
+}
+
+// silentPeer is a worker of the run that stopped sending heartbeats
+// without saying it was stopping, and the prompts it held then.
+type silentPeer struct {
+	name     string
+	inFlight int
+	since    time.Time
+	// said: returned by newlySilent already.
+	said bool
+}
+
+// quiet names the peers not heard from for `after` that did not say
+// they were stopping.
+func (p *peers) quiet(now time.Time, after time.Duration) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for name, pr := range p.last {
+		if !pr.stopping && now.Sub(pr.at) >= after {
+			out = append(out, name)
+		}
+	}
+	for name := range p.gone {
+		if _, back := p.last[name]; !back {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// newlySilent returns the peers not heard from for `after` that did not
+// say they were stopping and have not been returned before: workers that
+// died or lost their connection, whose prompts come back after AckWait.
+func (p *peers) newlySilent(now time.Time, after time.Duration) []silentPeer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []silentPeer
+	for name, pr := range p.last {
+		if pr.silentSaid || pr.stopping || now.Sub(pr.at) < after {
+			continue
+		}
+		pr.silentSaid = true
+		p.last[name] = pr
+		out = append(out, silentPeer{name: name, inFlight: pr.inFlight, since: pr.at})
+	}
+	// Dropped for silence before this was asked.
+	for name, g := range p.gone {
+		if g.said {
+			continue
+		}
+		g.said = true
+		p.gone[name] = g
+		out = append(out, g)
+	}
+	return out
 }
 
 // free is the free slots of the other workers heard from within
@@ -219,7 +306,7 @@ func (p *peers) free(now time.Time, recent time.Duration) int {
 	n := 0
 	for name, pr := range p.last {
 		if now.Sub(pr.at) > recent {
-			delete(p.last, name)
+			p.dropLocked(name, pr, now)
 			continue
 		}
 		n += pr.free

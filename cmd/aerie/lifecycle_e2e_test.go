@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/runs"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // Workers started with --exit-when-done, two of them, each with the
@@ -78,16 +80,7 @@ func TestSecondAggregatorOnAFinishedRun(t *testing.T) {
 	aerie(t, bin, "produce", "--nats", natsURL, "--nkey", key(auth.Producer), "--run", "fin", "--prompts", prompts,
 		"--model", "moonshotai/Kimi-K2.5").wait(t, time.Minute)
 
-	opt, err := nats.NkeyOptionFromSeed(key(auth.Admin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(natsURL, opt, nats.CustomInboxPrefix(auth.InboxPrefix(auth.Admin)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := adminJetStream(t, natsURL, key(auth.Admin))
 	brokertest.Eventually(t, 2*time.Minute, func() bool {
 		ev, err := runs.Done(t.Context(), js, "fin")
 		return err == nil && ev != nil
@@ -119,4 +112,97 @@ func simAndPrompts(t *testing.T, bin, dir string, n, median int) (simAddr, promp
 	prompts = filepath.Join(dir, "prompts.jsonl")
 	aerie(t, bin, "gen-prompts", "--count", strconv.Itoa(n), "--out", prompts).wait(t, time.Minute)
 	return simAddr, prompts
+}
+
+// When a worker dies with prompts in hand, the run's other worker says
+// which one went silent, how many prompts it held and by when they come
+// back, and then that they came back to it; every prompt is written once.
+func TestWorkerSaysWhenAPeerDiesAndItsPromptsComeBack(t *testing.T) {
+	bin, dir, addr, key := serverWithRoles(t)
+	natsURL := "nats://" + addr
+	simAddr := freeAddr(t)
+	start(t, bin, "sim", "--listen", simAddr, "--speed", "10", "--output-median", "100")
+	waitTCP(t, simAddr)
+	prompts := filepath.Join(dir, "prompts.jsonl")
+	aerie(t, bin, "gen-prompts", "--count", "300", "--out", prompts).wait(t, time.Minute)
+	data := filepath.Join(dir, "data")
+	work := func(name string) *proc {
+		return startEnv(t, bin, []string{"AERIE_LOG_LEVEL=info"}, "work", "--nats", natsURL, "--nkey", key(auth.Worker), "--run", "peer",
+			"--backend", "http://"+simAddr, "--name", name, "--window", "40", "--grace", "2s", "--exit-when-done")
+	}
+	w1, w2 := work("w1"), work("w2")
+	agg := start(t, bin, "aggregate", "--nats", natsURL, "--nkey", key(auth.Aggregator), "--run", "peer", "--data-dir", data,
+		"--exit-when-done", "--event-interval", "500ms")
+	aerie(t, bin, "produce", "--nats", natsURL, "--nkey", key(auth.Producer), "--run", "peer", "--prompts", prompts,
+		"--model", "moonshotai/Kimi-K2.5", "--ack-wait", "15s").wait(t, time.Minute)
+	completions := filepath.Join(data, "peer", "completions.jsonl")
+	brokertest.Eventually(t, 2*time.Minute, func() bool { return countLines(completions) >= 20 }, "20 prompts written")
+	// w1 is killed once w2 has heard of it: w2 follows heartbeats before
+	// it answers anything, so a heartbeat of w1 stored after one in which
+	// w2 has answered has reached w2.
+	js := adminJetStream(t, natsURL, key(auth.Admin))
+	events, err := js.Stream(t.Context(), schema.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w2Working uint64
+	brokertest.Eventually(t, time.Minute, func() bool {
+		if w2Working == 0 {
+			m, err := events.GetLastMsgForSubject(t.Context(), schema.HeartbeatSubject("peer", "w2"))
+			var hb schema.Heartbeat
+			if err != nil || json.Unmarshal(m.Data, &hb) != nil || hb.Completed == 0 {
+				return false
+			}
+			w2Working = m.Sequence
+		}
+		m, err := events.GetLastMsgForSubject(t.Context(), schema.HeartbeatSubject("peer", "w1"))
+		return err == nil && m.Sequence > w2Working
+	}, "a heartbeat of w1 after w2 answered")
+	w1.kill(t)
+	agg.wait(t, 3*time.Minute)
+	if code := w2.exit(t, time.Minute); code != 0 {
+		t.Fatalf("w2: exit %d\n%s", code, w2.stderr.String())
+	}
+	lines := readJSONL[turnsLine](t, completions)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if seen[l.ID] {
+			t.Errorf("%s written twice", l.ID)
+		}
+		seen[l.ID] = true
+	}
+	if len(seen) != 300 {
+		t.Errorf("%d distinct prompts written, want 300", len(seen))
+	}
+	log := w2.stderr.String()
+	t.Logf("w2's log:\n%s", log)
+	for _, want := range []string{"a worker of the run went silent: the prompts it held come back after the AckWait", "peer=w1", "ack_wait=15s", "back_by=",
+		"prompts delivered before came back to this worker", "silent_workers=w1"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("w2's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "peer=w1 last_heard") && strings.Contains(log, "held=0 ") {
+		t.Errorf("w2 says w1 held nothing:\n%s", log)
+	}
+}
+
+// adminJetStream connects to natsURL with the admin seed, for a test to
+// look at the server's state.
+func adminJetStream(t *testing.T, natsURL, seed string) jetstream.JetStream {
+	t.Helper()
+	opt, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(natsURL, opt, nats.CustomInboxPrefix(auth.InboxPrefix(auth.Admin)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
