@@ -30,12 +30,12 @@ func Start(t testing.TB) *broker.Server {
 // Connect opens a TCP client connection to s, closed when the test ends.
 func Connect(t testing.TB, s *broker.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	return connectURL(t, s.ClientURL())
+	return ConnectURL(t, s.ClientURL())
 }
 
-// connectURL opens a client connection to url and a JetStream context on
+// ConnectURL opens a client connection to url and a JetStream context on
 // it, the connection closed when the test ends.
-func connectURL(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+func ConnectURL(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

@@ -35,7 +35,7 @@ func ConnectWithLatency(t testing.TB, s *broker.Server, oneWay time.Duration) (*
 		l.Close()
 		r.close()
 	})
-	return connectURL(t, "nats://"+l.Addr().String(), nats.NoReconnect())
+	return ConnectURL(t, "nats://"+l.Addr().String(), nats.NoReconnect())
 }
 
 // relay forwards the connections accepted on a listener to target,

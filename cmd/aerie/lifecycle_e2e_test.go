@@ -195,14 +195,6 @@ func adminJetStream(t *testing.T, natsURL, seed string) jetstream.JetStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(natsURL, opt, nats.CustomInboxPrefix(auth.InboxPrefix(auth.Admin)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := brokertest.ConnectURL(t, natsURL, opt, nats.CustomInboxPrefix(auth.InboxPrefix(auth.Admin)))
 	return js
 }
