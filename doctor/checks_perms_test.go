@@ -74,7 +74,7 @@ func TestPermissionsOfEachRolePass(t *testing.T) {
 		}
 	}
 	rep := doctorAs(t, srv, keys, auth.Worker, auth.Worker)
-	expect(t, rep, "streams", doctor.Pass, "not looked at, the worker may not read them: AERIE_EVENTS, AERIE_ADVISORIES")
+	expect(t, rep, "streams", doctor.Pass, "AERIE_EVENTS (file, R1); not looked at, the worker may not read them: AERIE_ADVISORIES")
 	expect(t, rep, "manifest", doctor.Pass)
 	expect(t, rep, "consumer", doctor.Pass)
 }
