@@ -112,6 +112,11 @@ func cmdServer(ctx context.Context, args []string) error {
 			if err != nil {
 				return fmt.Errorf("route TLS from --tls-cert %s / --tls-key %s / --tls-ca %q: %w", *tlsCert, *tlsKey, *tlsCA, err)
 			}
+			// A node dials the others as a client too: it must trust the
+			// same CA for their certificates (nats-server does the same
+			// for a cluster's tls block), or every route fails with
+			// "certificate signed by unknown authority".
+			cfg.ClusterTLS.RootCAs = cfg.ClusterTLS.ClientCAs
 		}
 	}
 	srv, err := broker.Start(cfg)
