@@ -47,7 +47,7 @@ func Gather(ctx context.Context, js jetstream.JetStream, run string, opts Option
 	// gatherQueue comes after gatherWorkers: the consumer's count of
 	// prompts in flight replaces the workers' sum when there is one.
 	for _, step := range []func(context.Context, reader, *Run, Options, time.Time) error{
-		gatherEvent, gatherWorkers, gatherQueue, gatherLease,
+		gatherEvent, gatherWorkers, gatherQueue, gatherLease, settle,
 	} {
 		if err := step(ctx, r, st, opts, now); err != nil {
 			return nil, fmt.Errorf("status of run %s: %w", run, err)
@@ -125,6 +125,7 @@ func gatherQueue(ctx context.Context, r reader, st *Run, _ Options, _ time.Time)
 	} else {
 		st.Queue.Pending, st.Queue.AckPending, st.Queue.Redelivered = workers.NumPending, workers.NumAckPending, workers.NumRedelivered
 		st.InFlight = workers.NumAckPending
+		st.ackWait = workers.Config.AckWait
 	}
 	for _, c := range []struct {
 		stream, name string

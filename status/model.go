@@ -72,6 +72,32 @@ type Run struct {
 	Workers []Worker `json:"workers"`
 	// WorkersNotShown counts stale workers left out past Options.MaxWorkers.
 	WorkersNotShown int `json:"workers_not_shown"`
+	// Stranded is what workers that went silent without stopping held;
+	// nil when none did, or once the AckWait has given it all back.
+	Stranded *Stranded `json:"stranded"`
+	// TokensPerSecFrom says where TokensPerSec comes from: "event" (the
+	// aggregator's last throughput event) or "heartbeats" (the live
+	// workers' own rates, summed, when the event has none to give: too
+	// sparse, stale or not there yet).
+	TokensPerSecFrom string `json:"tokens_per_sec_from"`
+
+	ackWait time.Duration // the workers consumer's; 0 when unknown
+}
+
+// Stranded is what workers that went silent held: JetStream gives the
+// prompts back to the queue once the AckWait has passed since the
+// worker's last progress ack, which came no later than its last
+// heartbeat.
+type Stranded struct {
+	// Prompts is what those workers' last heartbeats said they held (at
+	// most the prompts delivered and not acknowledged).
+	Prompts int `json:"prompts"`
+	// Workers names them.
+	Workers []string `json:"workers"`
+	// BackInSec is the time until the last of them are back in the queue:
+	// the AckWait after the last heartbeat of the worker heard last.
+	BackInSec  float64 `json:"back_in_sec"`
+	AckWaitSec float64 `json:"ack_wait_sec"`
 }
 
 // Age is when something happened, by the server's clock, and how long
@@ -142,6 +168,9 @@ type Worker struct {
 	// not.
 	Paused    string `json:"paused,omitempty"`
 	Heartbeat Age    `json:"heartbeat"`
+	// BackInSec is, for a worker gone silent without stopping, the time
+	// until the prompts it held are back in the queue; -1 otherwise.
+	BackInSec float64 `json:"back_in_sec"`
 }
 
 // Line is one run in the list of every run.

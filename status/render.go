@@ -22,7 +22,7 @@ func WriteRun(w io.Writer, st *Run) error {
 		sched += "  PAUSED: workers pull none of its prompts (aerie runs set " + st.Run + " --resume)"
 	}
 	fmt.Fprintf(tw, "schedule\t%s\n", sched)
-	fmt.Fprintf(tw, "completed\t%s / %s%s\n", count(st.Completed), count(st.Total), percent(st.Completed, st.Total))
+	fmt.Fprintf(tw, "completed\t%s / %s%s%s\n", count(st.Completed), count(st.Total), percent(st.Completed, st.Total), eventAge(st))
 	fmt.Fprintf(tw, "failed\t%s%s\n", count(st.Failed), reasons(st.FailedByReason))
 	if st.Truncated > 0 {
 		fmt.Fprintf(tw, "truncated\t%s (kept, finish_reason length)\n", count(st.Truncated))
@@ -30,11 +30,26 @@ func WriteRun(w io.Writer, st *Run) error {
 	if st.HintedAnswers >= 3 {
 		fmt.Fprintf(tw, "hints\tlength hints: %s\n", HintNote(st.HintRankCorrelation, st.HintedAnswers))
 	}
-	fmt.Fprintf(tw, "in flight\t%s on %d live worker%s  queued %s  redelivered %s\n", count(st.InFlight), st.LiveWorkers, plural(st.LiveWorkers),
-		count(int(st.Queue.Pending)), count(st.Queue.Redelivered))
-	fmt.Fprintf(tw, "rate\t%s req/s  %s tok/s  (overall %s req/s, %s tok/s)\n", rate(st.RequestsPerSec), count(int(st.TokensPerSec+0.5)),
+	now := ""
+	if eventAge(st) != "" {
+		now = "  (now)"
+	}
+	fmt.Fprintf(tw, "in flight\t%s on %d live worker%s  queued %s  redelivered %s%s\n", count(st.InFlight), st.LiveWorkers, plural(st.LiveWorkers),
+		count(int(st.Queue.Pending)), count(st.Queue.Redelivered), now)
+	if s := st.Stranded; s != nil {
+		fmt.Fprintf(tw, "stranded\t%s held by %s, silent: back in the queue within %s (AckWait %s)\n", count(s.Prompts),
+			strings.Join(s.Workers, ", "), Duration(s.BackInSec), Duration(s.AckWaitSec))
+	}
+	tokFrom := ""
+	if st.TokensPerSecFrom == "heartbeats" {
+		tokFrom = " (workers' heartbeats)"
+	}
+	fmt.Fprintf(tw, "rate\t%s req/s  %s tok/s%s  (overall %s req/s, %s tok/s)\n", rate(st.RequestsPerSec), count(int(st.TokensPerSec+0.5)), tokFrom,
 		rate(st.RequestsPerSecOverall), count(int(st.TokensPerSecOverall+0.5)))
 	eta := FormatETA(st.ETASec, st.ETALowSec, st.ETAHighSec, st.Phase)
+	if st.Stranded != nil {
+		eta += fmt.Sprintf("  (no sooner than the %s stranded prompts are back)", count(st.Stranded.Prompts))
+	}
 	if st.Event != nil {
 		eta += "  elapsed " + Duration(st.ElapsedSec)
 	}
@@ -74,6 +89,16 @@ func writeWorkers(w io.Writer, st *Run) error {
 	return tw.Flush()
 }
 
+// eventAge says, on the line of the figures that come from the
+// aggregator's last event, how old they are when that is old enough to
+// disagree with the live queue below them: " (as of the event 3s ago)".
+func eventAge(st *Run) string {
+	if st.Event == nil || st.Event.AgeSec < 2 || st.Phase == schema.PhaseDone {
+		return ""
+	}
+	return "  (as of the event " + Duration(st.Event.AgeSec) + " ago)"
+}
+
 // share is the run's share of a worker's window, when the worker gives
 // it less than all of it: " (40%)".
 func share(wk Worker) string {
@@ -91,6 +116,8 @@ func workerState(wk Worker) string {
 	switch {
 	case wk.Heartbeat.Stale && wk.Paused == schema.PausedStopping:
 		return "stopped" + hedges
+	case wk.Heartbeat.Stale && wk.BackInSec > 0:
+		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + "; its " + count(wk.Held) + " prompts back within " + Duration(wk.BackInSec) + ")" + hedges
 	case wk.Heartbeat.Stale:
 		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + ")" + hedges
 	case wk.Paused != "":

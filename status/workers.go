@@ -99,7 +99,7 @@ func workerOf(hb heartbeat, now time.Time, staleAfter time.Duration) Worker {
 	w := Worker{
 		Name: name, Host: hb.Host, Backend: hb.Backend, Window: hb.Window,
 		InFlight: len(hb.InFlightTokens), Held: hb.InFlight,
-		TokensPerSec: -1, TokensStreamed: hb.TokensStreamed, Completed: hb.Completed,
+		TokensPerSec: -1, BackInSec: -1, TokensStreamed: hb.TokensStreamed, Completed: hb.Completed,
 		DeadLettered: hb.DeadLettered, Retried: hb.Retried, Heartbeat: age(hb.at, now, staleAfter),
 		Hedges: hb.Hedges, HedgesWon: hb.HedgesWon,
 	}
