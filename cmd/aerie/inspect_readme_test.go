@@ -23,7 +23,7 @@ import (
 
 // inspectMarker comes before the README's fenced block of nats CLI
 // commands that this test runs.
-const inspectMarker = "<!-- inspect-commands:"
+const inspectMarker = "<!-- readme-test: inspect-commands -->"
 
 // natsCLIVersion is the natscli the README's commands are written for
 // (make test installs it in bin/tools).
