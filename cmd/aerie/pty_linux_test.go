@@ -51,7 +51,9 @@ func runOnTerminalAnswering(ctx context.Context, cmd *exec.Cmd, prompt, answer s
 	copied := make(chan struct{})
 	var sink io.Writer = &out
 	if prompt != "" {
-		sink = io.MultiWriter(&out, &pageAnswerer{prompt: []byte(prompt), answer: []byte(answer), tty: master})
+		a := &pageAnswerer{prompt: []byte(prompt), answer: []byte(answer), tty: master, asked: make(chan struct{})}
+		sink = io.MultiWriter(&out, a)
+		go a.typeAnswers(copied)
 	}
 	go func() {
 		_, _ = io.Copy(sink, master)

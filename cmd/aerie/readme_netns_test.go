@@ -247,13 +247,18 @@ func (n *netns) onTerminal(dir, script string, timeout time.Duration) (string, e
 	return runOnTerminalAnswering(ctx, cmd, "Next Page?", "n\r")
 }
 
-// pageAnswerer watches what a terminal shows and answers a prompt.
+// pageAnswerer watches what a terminal shows and answers a prompt. The
+// answer is typed again every 300 ms once the prompt has shown, until
+// the program ends: a prompt library that puts the terminal in raw mode
+// after drawing the prompt flushes what was typed before that.
 type pageAnswerer struct {
 	mu     sync.Mutex
 	seen   bytes.Buffer
 	prompt []byte
 	answer []byte
 	tty    interface{ Write([]byte) (int, error) }
+	asked  chan struct{} // closed once the prompt has shown
+	once   sync.Once
 }
 
 // cursorQuery is the terminal's "where is the cursor?" (DSR), which the
@@ -270,7 +275,29 @@ func (p *pageAnswerer) Write(b []byte) (int, error) {
 	p.seen.Write(b)
 	if bytes.Contains(p.seen.Bytes(), p.prompt) {
 		p.seen.Reset()
-		_, _ = p.tty.Write(p.answer)
+		p.once.Do(func() { close(p.asked) })
 	}
 	return len(b), nil
+}
+
+// typeAnswers types the answer every 300 ms once the prompt has shown,
+// until done is closed.
+func (p *pageAnswerer) typeAnswers(done <-chan struct{}) {
+	select {
+	case <-p.asked:
+	case <-done:
+		return
+	}
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p.mu.Lock()
+		_, _ = p.tty.Write(p.answer)
+		p.mu.Unlock()
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+	}
 }
