@@ -68,9 +68,13 @@ func CheckRole(ctx context.Context, nc *nats.Conn, role Role, command string) er
 	return wrong
 }
 
+// RoleCheckToken ends the subjects CheckRole subscribes to: a refusal
+// on one of them is the answer it asks for, not an error to report.
+const RoleCheckToken = "aerie-role-check"
+
 // maySubscribe reports whether nc may subscribe under prefix.
 func maySubscribe(ctx context.Context, nc *nats.Conn, prefix string) (bool, error) {
-	subject := prefix + ".aerie-role-check"
+	subject := prefix + "." + RoleCheckToken
 	sub, err := nc.SubscribeSync(subject)
 	if err != nil {
 		return false, fmt.Errorf("check the credentials' role: %w", err)

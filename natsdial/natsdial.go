@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/aerie-dev/aerie/auth"
 )
 
 // DefaultWait is how long a command waits for its NATS server by
@@ -42,6 +44,7 @@ func Dial(ctx context.Context, urls string, wait time.Duration, log *slog.Logger
 	start := time.Now()
 	backoff := firstBackoff
 	lastLog := start
+	opts = append([]nats.Option{nats.ErrorHandler(asyncErrors(log))}, opts...)
 	for attempt := 1; ; attempt++ {
 		nc, err := nats.Connect(urls, opts...)
 		if err == nil {
@@ -106,4 +109,25 @@ func Redact(urls string) string {
 		parts[i] = p
 	}
 	return strings.Join(parts, ",")
+}
+
+// asyncErrors logs the errors the server sends outside any request (a
+// permission refused, a slow consumer) to log (nil: slog's default)
+// instead of nats.go's own lines on stderr, leaving out the refusals
+// auth.CheckRole asks for on purpose. A caller's nats.ErrorHandler
+// option replaces it.
+func asyncErrors(log *slog.Logger) nats.ErrHandler {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if strings.Contains(err.Error(), "."+auth.RoleCheckToken) {
+			return
+		}
+		args := []any{"err", err}
+		if sub != nil {
+			args = append(args, "subject", sub.Subject)
+		}
+		log.Warn("NATS server error", args...)
+	}
 }
