@@ -47,7 +47,10 @@ func WriteRun(w io.Writer, st *Run) error {
 	fmt.Fprintf(tw, "rate\t%s req/s  %s tok/s%s  (overall %s req/s, %s tok/s)\n", rate(st.RequestsPerSec), count(int(st.TokensPerSec+0.5)), tokFrom,
 		rate(st.RequestsPerSecOverall), count(int(st.TokensPerSecOverall+0.5)))
 	eta := FormatETA(st.ETASec, st.ETALowSec, st.ETAHighSec, st.Phase)
-	if st.Stranded != nil {
+	switch {
+	case st.Stranded != nil && st.ETASec < 0:
+		eta += fmt.Sprintf(", at least %s: the %s stranded prompts are back then", Duration(st.Stranded.BackInSec), count(st.Stranded.Prompts))
+	case st.Stranded != nil:
 		eta += fmt.Sprintf("  (no sooner than the %s stranded prompts are back)", count(st.Stranded.Prompts))
 	}
 	if st.Event != nil {

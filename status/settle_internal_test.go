@@ -57,6 +57,17 @@ func TestSettleCountsStrandedPrompts(t *testing.T) {
 		}
 	}
 
+	// Without an ETA of the aggregator's, the stranded prompts' return is
+	// a lower bound all the same.
+	st = settledRun()
+	st.ETASec, st.ETALowSec, st.ETAHighSec = -1, -1, -1
+	_ = settle(t.Context(), reader{}, st, Options{}, time.Time{})
+	b.Reset()
+	_ = WriteRun(&b, st)
+	if want := "ETA         unknown, at least 47s: the 157 stranded prompts are back then"; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+
 	// Past the AckWait, or once the run is done, nothing is stranded.
 	for _, change := range []func(*Run){
 		func(st *Run) { st.Workers[1].Heartbeat.AgeSec = 61 },
