@@ -61,10 +61,13 @@ type Aggregator struct {
 	// complete is when the run was last found complete (see confirmDone);
 	// used by the event loop only.
 	complete time.Time
-	last     sync.Mutex
-	snapshot schema.Throughput
-	writeErr string                // guarded by last
-	paused   map[string]pausedInfo // guarded by last
+	// ackWaitKnown is set once the estimator has the workers consumer's
+	// AckWait (see learnAckWait); used by the event loop only.
+	ackWaitKnown bool
+	last         sync.Mutex
+	snapshot     schema.Throughput
+	writeErr     string                // guarded by last
+	paused       map[string]pausedInfo // guarded by last
 	// starved counts the snapshots in a row that found the run waiting
 	// for slots (see slots.go); guarded by last. sched is the run's
 	// schedule, followed from its manifest.

@@ -34,6 +34,7 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 // tick takes a snapshot, makes sure a run that looks done is (see
 // confirmDone) and emits the event.
 func (a *Aggregator) tick(ctx context.Context, now time.Time) {
+	a.learnAckWait(ctx)
 	s := a.snapshotNow(now)
 	switch {
 	case s.Phase != schema.PhaseDone:
@@ -113,4 +114,22 @@ func round(v float64, places int) float64 {
 		p *= 10
 	}
 	return float64(int64(v*p+0.5)) / p
+}
+
+// learnAckWait gives the estimator the workers consumer's AckWait, so
+// that the ETA waits for the prompts a silent worker held (see
+// throughput.Config.AckWait). Tried every event until the consumer is
+// there; a failure is tried again at the next.
+func (a *Aggregator) learnAckWait(ctx context.Context) {
+	if a.ackWaitKnown {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := a.js.Consumer(qctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
+	if err != nil {
+		return
+	}
+	a.est.SetAckWait(c.CachedInfo().Config.AckWait)
+	a.ackWaitKnown = true
 }

@@ -97,6 +97,11 @@ type Config struct {
 	// counting as live: its in-flight requests and its rate drop out.
 	// Zero or less means DefaultStaleAfter (10 s).
 	StaleAfter time.Duration
+	// AckWait is the workers consumer's: the prompts a worker held when it
+	// went silent without saying it stops come back to the queue that long
+	// after its last progress ack, and the run cannot end before. Zero
+	// (unknown) leaves them out of the ETA. SetAckWait sets it later.
+	AckWait time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -465,6 +470,9 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		longest:     longest,
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
+	if back := e.strandedBack(now); back > 0 && out.Phase != schema.PhaseDone {
+		holdETA(&out, back.Seconds())
+	}
 	return sanitize(out)
 }
 

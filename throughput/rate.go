@@ -41,6 +41,9 @@ type worker struct {
 	inFlightTokens []float64
 	// interim is the worker's latest Heartbeat.InterimTurns: a gauge.
 	interim int
+	// stopping is set when the latest heartbeat said the worker stops: it
+	// hands its prompts back, and nothing it held is stranded.
+	stopping bool
 }
 
 // observe records a heartbeat. Heartbeats older than (or as old as) the
@@ -75,6 +78,7 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	w.others = min(max(hb.OtherRuns, 0), w.window)
 	w.inFlight = max(hb.InFlight, 0)
 	w.interim = max(hb.InterimTurns, 0)
+	w.stopping = hb.Paused && hb.PausedReason == schema.PausedStopping
 	w.inFlightTokens = w.inFlightTokens[:0]
 	decoding := 0
 	for i, c := range hb.InFlightTokens {
