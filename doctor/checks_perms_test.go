@@ -160,3 +160,40 @@ func TestPermissionsFallBack(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A command with its own role's key under a users.conf that refuses part
+// of its work is told what is missing before it starts; one with every
+// permission, or whose server does not say, goes on.
+func TestMissingPermissionsAtConnect(t *testing.T) {
+	t.Parallel()
+	srv, keys := authServer(t, func(r auth.Role, p *server.Permissions) {
+		if r == auth.Aggregator {
+			p.Publish.Allow = slices.DeleteFunc(p.Publish.Allow, func(s string) bool { return s == "aerie.events.>" })
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range auth.Roles {
+		nc, err := nats.Connect(srv.ClientURL(), roleOptions(t, keys, r, r)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = doctor.MissingPermissions(ctx, nc, r)
+		took := time.Since(start)
+		nc.Close()
+		if r != auth.Aggregator {
+			if err != nil {
+				t.Errorf("%s with every permission: %v", r, err)
+			}
+			continue
+		}
+		if err == nil || !contains(err.Error(), "these aggregator credentials may not publish aerie.events.>: the aggregator cannot publish throughput events") ||
+			!contains(err.Error(), "grant it in the server's users.conf") {
+			t.Errorf("aggregator without aerie.events.>: %v", err)
+		}
+		if took > time.Second {
+			t.Errorf("the check took %v", took)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/natsdial"
 )
 
@@ -47,6 +48,11 @@ func connect(ctx context.Context, nf *natsFlags, name string, log *slog.Logger) 
 		// timeout: the replies go to an inbox it may not read.
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := auth.CheckRole(cctx, nc, nf.role, strings.Replace(name, "aerie-", "aerie ", 1))
+		if err == nil {
+			// The right role's key may still lack a permission its work
+			// needs, under an older or edited users.conf.
+			err = doctor.MissingPermissions(cctx, nc, nf.role)
+		}
 		cancel()
 		if err != nil {
 			nc.Close()
