@@ -100,9 +100,10 @@ func commandOf(t *testing.T, block string, cmds []string, prefix string) string 
 // auth init`, certificates from its OpenSSL recipe, a three-node aerie
 // cluster with mutual TLS and role keys, doctor, produce with three
 // replicas, two workers on two GPU hosts (simulators), the aggregator,
-// status, the nats CLI's inspection commands, export, an EAGLE-3 run,
-// replay of a dead letter, and the one-machine block. Each block is read
-// from README.md and changed only by the stand-ins above.
+// status, the nats CLI's inspection commands, export, an EAGLE-3 run and
+// replay of a dead letter (the one-machine block is TestREADMEOneMachine's).
+// Each block is read from README.md and changed only by the stand-ins
+// above.
 func TestREADMEProductionPath(t *testing.T) {
 	bin := buildAerie(t)
 	natsCLI := findNatsCLI(t)
