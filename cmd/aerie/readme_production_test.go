@@ -145,6 +145,10 @@ func TestREADMEProductionPath(t *testing.T) {
 	}
 	waitFor(t, "the cluster's JetStream", 90*time.Second, func() error {
 		out, err := ns.run(dir, "nats stream ls", 20*time.Second)
+		if err != nil && strings.Contains(out, "tls error") || strings.Contains(out, "Authorization Violation") {
+			// Refused, not still starting: waiting will not change it.
+			t.Fatalf("nats stream ls through the README's context: %v: %s%s", err, out, tails(nodes))
+		}
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
 		}
