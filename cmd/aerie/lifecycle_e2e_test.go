@@ -164,13 +164,7 @@ func TestWorkerSaysWhenAPeerDiesAndItsPromptsComeBack(t *testing.T) {
 		t.Fatalf("w2: exit %d\n%s", code, w2.stderr.String())
 	}
 	lines := readJSONL[turnsLine](t, completions)
-	seen := map[string]bool{}
-	for _, l := range lines {
-		if seen[l.ID] {
-			t.Errorf("%s written twice", l.ID)
-		}
-		seen[l.ID] = true
-	}
+	seen := writtenOnce(t, lines)
 	if len(seen) != 300 {
 		t.Errorf("%d distinct prompts written, want 300", len(seen))
 	}

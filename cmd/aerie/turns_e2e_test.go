@@ -169,6 +169,20 @@ type turnsLine struct {
 	Params       schema.Params    `json:"params"`
 }
 
+// writtenOnce returns the ids of lines, failing the test for each one
+// written twice.
+func writtenOnce(t *testing.T, lines []turnsLine) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if seen[l.ID] {
+			t.Errorf("%s written twice", l.ID)
+		}
+		seen[l.ID] = true
+	}
+	return seen
+}
+
 // chatContext is a request's context, as the key of the requests made
 // for it.
 func chatContext(msgs any) string {
@@ -265,13 +279,7 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	agg.wait(t, 5*time.Minute)
 
 	lines := readJSONL[turnsLine](t, completions)
-	seen := map[string]bool{}
-	for _, l := range lines {
-		if seen[l.ID] {
-			t.Errorf("%s written twice", l.ID)
-		}
-		seen[l.ID] = true
-	}
+	seen := writtenOnce(t, lines)
 	if len(lines) != n || len(seen) != n {
 		t.Fatalf("completions.jsonl: %d lines, %d distinct ids, want %d", len(lines), len(seen), n)
 	}
