@@ -22,9 +22,11 @@ const (
 	// queued again. The run's end is checked at once in any case.
 	DefaultRefreshInterval = 30 * time.Second
 	// DefaultFetchBytes bounds the bytes of one fetched batch, so that a
-	// batch of long answers does not hold gigabytes in memory; it is
-	// raised to twice the server's max_payload when that is larger, so
-	// that any one message fits.
+	// batch of long answers does not hold gigabytes in memory. A fetch
+	// asks for as many messages as fit at the size of the largest one the
+	// previous fetch brought (at first, the server's max_payload), and at
+	// least one: the bound is kept by count, not given to the server (see
+	// consume).
 	DefaultFetchBytes = 64 << 20
 )
 

@@ -22,7 +22,10 @@ import (
 // so they come again).
 func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write func([]jetstream.Msg) error) error {
 	failures := 0
-	maxBytes := max(a.cfg.FetchBytes, 2*int(a.nc.MaxPayload()))
+	// largest is the size of the largest message the last fetch that
+	// brought any held: the next fetch asks for as many as FetchBytes
+	// holds at that size.
+	largest := int(a.nc.MaxPayload())
 	for ctx.Err() == nil {
 		if !a.owner.valid() {
 			// The lease could not be renewed lately (NATS unreachable):
@@ -36,8 +39,8 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		if a.finished.Err() != nil {
 			return nil
 		}
-		// A fetch lasts until the server ends it (it has brought Batch
-		// messages or FetchBytes, or fetchWait is over); a stopping
+		// A fetch lasts until the server ends it (it has brought the
+		// messages asked for, or fetchWait is over); a stopping
 		// aggregator does not give it up, since messages the server sent
 		// to a fetch given up would wait out AggregatorAckWait, and
 		// writes whatever the server has sent it. An aggregator that
@@ -48,25 +51,39 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 		// delays it without losing it. The client's deadline is a little
 		// past the server's expiry (see FetchContext), so that the
 		// server ends the fetch first.
+		//
+		// The fetch is bounded by count alone. A consumer of a
+		// replicated stream sends each message only once its delivery is
+		// replicated, but the status that ends a fetch bounded in bytes
+		// once it has its count ("409 Batch Completed") at once: the
+		// client took the status for the end and dropped the messages
+		// that came after it, which then waited out the AckWait, and on
+		// a backlog the same happened to every fetch.
 		fctx, cancel := context.WithTimeout(a.finished, a.fetchWait+a.fetchWait/9)
-		batch, err := cons.Fetch(a.cfg.Batch, jetstream.FetchContext(fctx), jetstream.FetchMaxBytes(maxBytes))
+		batch, err := cons.Fetch(fetchCount(a.cfg.Batch, a.cfg.FetchBytes, largest), jetstream.FetchContext(fctx))
+		var got fetched
 		if err == nil {
-			if !a.writeArrived(ctx, batch.Messages(), write, &failures) {
+			if !a.writeArrived(ctx, batch.Messages(), write, &failures, &got) {
 				cancel()
 				return nil
 			}
 			err = batch.Error()
 		}
 		cancel()
+		if got.n > 0 {
+			largest = got.largest
+		}
 		if ctx.Err() != nil || a.finished.Err() != nil {
 			return nil
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = nil // the server's expiry was lost: the same as a timeout
 		}
-		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) &&
+			!errors.Is(err, jetstream.ErrBatchCompleted) {
 			failures++
-			a.log.Warn("fetch failed; retrying", "err", err)
+			a.log.Warn("fetch failed; retrying", "stream", cons.CachedInfo().Stream, "consumer", cons.CachedInfo().Name,
+				"messages", got.n, "err", err)
 			if !sleepCtx(ctx, backoff(failures)) {
 				return nil
 			}
@@ -75,16 +92,29 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 	return nil
 }
 
+// fetched is what one fetch brought: how many messages, and the size of
+// the largest.
+type fetched struct{ n, largest int }
+
+// fetchCount is how many messages a fetch asks for: batch, or fewer when
+// that many of the largest size seen would pass bytes; at least one.
+func fetchCount(batch, bytes, largest int) int {
+	if largest <= 0 {
+		return batch
+	}
+	return max(1, min(batch, bytes/largest))
+}
+
 // writeArrived writes the messages of one fetch as they arrive, each
 // group being what has arrived by the time the previous write is done:
 // the last results of a run are written at once, not when the fetch
 // expires, and under load the groups grow by themselves, so that one
-// fsync covers many results (up to the fetch's bounds in count and
-// bytes). Once a write fails, or while the lease is in doubt, the rest
-// of the fetch is handed back as it arrives; after a failed write
-// writeArrived waits out the backoff. It returns false if ctx ends
+// fsync covers many results (up to the fetch's count). Once a write
+// fails, or while the lease is in doubt, the rest of the fetch is handed
+// back as it arrives; after a failed write writeArrived waits out the
+// backoff. It counts what arrived in got, and returns false if ctx ends
 // meanwhile.
-func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg, write func([]jetstream.Msg) error, failures *int) bool {
+func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg, write func([]jetstream.Msg) error, failures *int, got *fetched) bool {
 	failed := false
 	for m := range msgs {
 		group := []jetstream.Msg{m}
@@ -99,6 +129,10 @@ func (a *Aggregator) writeArrived(ctx context.Context, msgs <-chan jetstream.Msg
 			default:
 				break more
 			}
+		}
+		for _, m := range group {
+			got.n++
+			got.largest = max(got.largest, len(m.Subject())+len(m.Data()))
 		}
 		if failed || !a.owner.valid() {
 			nakAll(group, time.Second)

@@ -1,0 +1,60 @@
+package aggregator_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/logtest"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// An aggregator that starts on a cluster where more results wait than
+// one fetch takes writes them all. A replicated consumer sends each
+// message only once its delivery is replicated, but the status that ends
+// a fetch filled by count at once: a fetch bounded in bytes got that
+// status first, gave up, and lost the batch to the AckWait, every time,
+// so that such an aggregator wrote nothing, for ever.
+func TestBacklogOnClusterIsWritten(t *testing.T) {
+	const n = 600
+	_, _, js := brokertest.ProvisionedCluster(t)
+	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: n}, nil)
+	publishResults(t, js, ids(0, n))
+	dir := t.TempDir()
+	var logs logtest.Buffer
+	a, err := aggregator.New(aggregator.Config{Run: run, DataDir: dir, ExitWhenDone: true,
+		EventInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the aggregator did not finish a run whose %d results were all stored: %+v\n%s", n, a.Last(), logs.String())
+	}
+	t.Logf("%d results written in %v", n, time.Since(began).Round(time.Millisecond))
+	if strings.Contains(logs.String(), "fetch failed") {
+		t.Errorf("a fetch failed:\n%s", logs.String())
+	}
+	got := readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile))
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	for _, id := range ids(0, n) {
+		if seen[id] != 1 {
+			t.Errorf("%s written %d times", id, seen[id])
+		}
+	}
+}
