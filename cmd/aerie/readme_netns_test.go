@@ -45,6 +45,7 @@ func newNetns(t *testing.T, label string, env []string) *netns {
 	if out, err := exec.Command("ip", "netns", "add", n.name).CombinedOutput(); err != nil {
 		t.Skipf("cannot make a network namespace: %v: %s", err, out)
 	}
+	t.Cleanup(func() { n.keepLogs(t) })
 	t.Cleanup(func() {
 		if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil {
 			t.Logf("ip netns del %s: %v: %s", n.name, err, out)
@@ -54,6 +55,56 @@ func newNetns(t *testing.T, label string, env []string) *netns {
 		t.Fatalf("loopback up in %s: %v: %s", n.name, err, out)
 	}
 	return n
+}
+
+// keepLogs copies the whole output of every process the test started to
+// $AERIE_TEST_ARTIFACTS/<test>/ when the test failed: its message shows
+// only their last lines. It runs after the processes were stopped (clean-ups
+// run last first).
+func (n *netns) keepLogs(t *testing.T) {
+	root := os.Getenv("AERIE_TEST_ARTIFACTS")
+	if !t.Failed() || root == "" {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(n.dir, "*.log"))
+	to := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_"))
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Logf("keep the processes' logs: %v", err)
+		return
+	}
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(to, filepath.Base(l)), b, 0o644)
+		}
+		if err != nil {
+			t.Logf("keep %s: %v", l, err)
+		}
+	}
+	t.Logf("the processes' logs are in %s", to)
+}
+
+// keepState writes, with env (a script of exports) first, what the cluster says of run's streams and consumers
+// beside the logs keepLogs keeps, when the test failed: the state at the
+// moment of the failure tells a message lost from one never sent.
+func (n *netns) keepState(t *testing.T, dir, env, run string) {
+	if !t.Failed() || os.Getenv("AERIE_TEST_ARTIFACTS") == "" {
+		return
+	}
+	var b strings.Builder
+	for _, c := range []string{
+		"nats server report jetstream", "nats stream report",
+		"nats consumer report AERIE_PROMPTS", "nats consumer report AERIE_RESULTS",
+		"nats consumer report AERIE_DEAD", "nats consumer report AERIE_ADVISORIES",
+		"nats consumer info AERIE_RESULTS aggregator-" + run,
+		"aerie status --nkey " + dir + "/etc-aerie/admin.nk --run " + run,
+	} {
+		out, err := n.run(dir, env+c, 30*time.Second)
+		fmt.Fprintf(&b, "$ %s\n%s(%v)\n\n", c, out, err)
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "state.log"), []byte(b.String()), 0o600); err != nil {
+		t.Logf("keep the cluster's state: %v", err)
+	}
 }
 
 // clearStaleNetns removes namespaces left by README tests whose process

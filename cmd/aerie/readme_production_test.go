@@ -143,6 +143,8 @@ func TestREADMEProductionPath(t *testing.T) {
 		cmds := shellCommands(block("cluster", nodeStandIns(n)))
 		nodes = append(nodes, ns.start(t, fmt.Sprintf("nats-%d", n), dir, "exec "+commandOf(t, "cluster", cmds, "aerie server")))
 	}
+	// Clean-ups run last first: this one, while the nodes still run.
+	t.Cleanup(func() { ns.keepState(t, dir, block("client-env")+"\n", run) })
 	waitFor(t, "the cluster's JetStream", 90*time.Second, func() error {
 		out, err := ns.run(dir, "nats stream ls", 20*time.Second)
 		if err != nil && strings.Contains(out, "tls error") || strings.Contains(out, "Authorization Violation") {
