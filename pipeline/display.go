@@ -92,7 +92,12 @@ func (s *Summary) Print(w io.Writer) {
 		fmt.Fprintf(w, "  prompts      %d total, %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Completed, s.Truncated, s.Failed)
 	}
 	if s.HintedAnswers >= 3 {
-		fmt.Fprintf(w, "  length hints %s\n", status.HintNote(s.HintRankCorrelation, s.HintedAnswers))
+		note := status.HintNote(s.HintRankCorrelation, s.HintedAnswers)
+		if s.Simulated {
+			// A correlation near 0 is the simulator's doing, not the hints'.
+			note += " (the simulator draws answer lengths without reading the hints)"
+		}
+		fmt.Fprintf(w, "  length hints %s\n", note)
 	}
 	if s.Turns == schema.TurnsAll && s.TotalTurns > 0 {
 		fmt.Fprintf(w, "  turns        %d total, %d generated (every assistant turn regenerated)\n", s.TotalTurns, s.CompletedTurns)

@@ -50,11 +50,19 @@ func TestRunLongestFirst(t *testing.T) {
 	if !strings.Contains(out.String(), "length hints rank correlation") {
 		t.Errorf("summary says nothing of the hints:\n%s", out.String())
 	}
+	// The simulator's lengths owe nothing to the hints: a correlation
+	// near 0 must not read as a fault of the user's hints.
+	if !strings.Contains(out.String(), "the simulator draws answer lengths without reading the hints") {
+		t.Errorf("summary of simulated answers does not say the simulator ignores hints:\n%s", out.String())
+	}
 	page, err := os.ReadFile(sum.Report)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(page), "over 30 answers with a hint") {
 		t.Error("report.html says nothing of the hints")
+	}
+	if !strings.Contains(string(page), "without reading the hints") {
+		t.Error("report.html of simulated answers does not say the simulator ignores hints")
 	}
 }

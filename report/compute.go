@@ -150,7 +150,11 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 	}
 	add("completed", "%s", done)
 	if corr, n := c.hints.Correlation(); n >= 3 && !math.IsNaN(corr) {
-		add("length hints", "rank correlation %.2f with the tokens taken, over %s answers with a hint", corr, thousands(n))
+		note := fmt.Sprintf("rank correlation %.2f with the tokens taken, over %s answers with a hint", corr, thousands(n))
+		if c.simulated == c.count {
+			note += " (the simulator draws answer lengths without reading the hints)"
+		}
+		add("length hints", "%s", note)
 	}
 	failed := thousands(f.count)
 	if f.count > 0 {
