@@ -201,7 +201,7 @@ clean:
 # conversations, 5,000 + 2,500 prompts) takes about ten minutes. Both also run a three-node cluster of aerie
 # server processes (each node, worker and the aggregator in a network
 # namespace of its own when run as root) through a leader kill, a worker
-# cut off past AckWait and a node rebuilt from an empty store: 600
+# cut off past AckWait and a node rebuilt from an empty store: 900
 # prompts in chaos-short, 3,000 in chaos (docs/cluster.md). AERIE_CHAOS_*
 # variables tune a run (see chaos/chaos_test.go); a failed run keeps its
 # work directory.

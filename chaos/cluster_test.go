@@ -17,12 +17,13 @@ import (
 //	AERIE_CHAOS_SEED=N         seed
 //	AERIE_CHAOS_LOOPBACK=1     run every process on 127.0.0.1, without network namespaces
 
-// TestClusterShort runs with `go test ./...`: 600 prompts through a
+// TestClusterShort runs with `go test ./...`: 900 prompts through a
 // three-node cluster of `aerie server` processes (authenticated routes,
 // R3 streams), two workers and the aggregator, each in a network
 // namespace of its own when the machine allows it, while the leader of
 // AERIE_PROMPTS is killed, a worker's host is cut off for longer than
-// AckWait, and a node is rebuilt from an empty store. About a minute.
+// AckWait, and a node is rebuilt from an empty store. About a minute and
+// a half.
 func TestClusterShort(t *testing.T) {
 	if os.Getenv("AERIE_CHAOS") == "0" {
 		t.Skip("AERIE_CHAOS=0")
