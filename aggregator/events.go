@@ -73,6 +73,9 @@ func (a *Aggregator) emit(s schema.Throughput) {
 		"elapsed", (time.Duration(s.ElapsedSec) * time.Second).String(), "eta", ETA(s.ETASec),
 		"eta_low", ETA(s.ETALowSec), "eta_high", ETA(s.ETAHighSec),
 	}
+	if s.Stranded > 0 { // held by silent workers: back within the AckWait
+		args = append(args, "stranded", s.Stranded, "stranded_back", ETA(s.StrandedBackSec))
+	}
 	if s.TotalTurns > 0 { // --turns all: the ETA counts turns
 		args = append(args, "turns_completed", s.CompletedTurns, "turns_total", s.TotalTurns)
 	}

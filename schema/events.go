@@ -208,6 +208,12 @@ type Throughput struct {
 	// InFlight is the sum of the in-flight counts of live workers, at most
 	// the lines not yet completed or failed (zero once the run is done).
 	InFlight int `json:"in_flight"`
+	// Stranded counts the prompts held by workers gone silent without
+	// stopping (killed, or cut off), which come back to the queue once
+	// their AckWait is over, at the latest StrandedBackSec from the
+	// event; the ETA is no earlier. Both are absent when none is.
+	Stranded        int     `json:"stranded,omitempty"`
+	StrandedBackSec float64 `json:"stranded_back_sec,omitempty"`
 	// WaitingForSlots is set while the run has prompts left to hand out
 	// and live workers that are not paused, none of which holds any of
 	// them, for two events running: workers that serve several runs give

@@ -470,8 +470,9 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		longest:     longest,
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
-	if back := e.strandedBack(now); back > 0 && out.Phase != schema.PhaseDone {
+	if back, held := e.strandedBack(now); back > 0 && out.Phase != schema.PhaseDone {
 		holdETA(&out, back.Seconds())
+		out.Stranded, out.StrandedBackSec = held, math.Ceil(back.Seconds())
 	}
 	return sanitize(out)
 }

@@ -14,22 +14,23 @@ func (e *Estimator) SetAckWait(d time.Duration) {
 }
 
 // strandedBack is how long until the last prompts held by workers that
-// went silent without stopping are back in the queue: the AckWait after
-// the last heartbeat of each (its last progress ack came no later).
-// Zero when none is, or the AckWait is unknown. Call with e.mu held.
-func (e *Estimator) strandedBack(now time.Time) time.Duration {
+// went silent without stopping are back in the queue (the AckWait after
+// the last heartbeat of each: its last progress ack came no later), and
+// how many prompts those workers held. Zero when none is, or the AckWait
+// is unknown. Call with e.mu held.
+func (e *Estimator) strandedBack(now time.Time) (back time.Duration, held int) {
 	if e.cfg.AckWait <= 0 {
-		return 0
+		return 0, 0
 	}
-	var back time.Duration
 	for _, w := range e.workers {
 		silent := now.Sub(w.lastHeard)
-		if silent <= e.cfg.StaleAfter || w.stopping || w.inFlight == 0 {
+		if silent <= e.cfg.StaleAfter || w.stopping || w.inFlight == 0 || silent >= e.cfg.AckWait {
 			continue
 		}
 		back = max(back, e.cfg.AckWait-silent)
+		held += w.inFlight
 	}
-	return back
+	return back, held
 }
 
 // holdETA puts a known ETA, and its band, no earlier than sec from now:

@@ -39,6 +39,9 @@ func TestETAWaitsForStrandedPrompts(t *testing.T) {
 	if s.ETASec != 40 || s.ETALowSec != 40 || s.ETAHighSec < 40 {
 		t.Errorf("ETA %v (%v-%v), want 40 s: b's prompts are back then", s.ETASec, s.ETALowSec, s.ETAHighSec)
 	}
+	if s.Stranded != 3 || s.StrandedBackSec != 40 {
+		t.Errorf("event says %d stranded, back in %v s; want b's 3, back in 40 s", s.Stranded, s.StrandedBackSec)
+	}
 	// A worker that said it stops handed its prompts back.
 	if s := strandedRun(time.Minute, true).Snapshot(at(30)); s.ETASec != base.ETASec {
 		t.Errorf("ETA %v with a worker that stopped, want %v", s.ETASec, base.ETASec)
@@ -46,8 +49,11 @@ func TestETAWaitsForStrandedPrompts(t *testing.T) {
 	// Past the AckWait they are back.
 	e := strandedRun(time.Minute, false)
 	e.Heartbeat(beat("a", 71, 7100, 50))
-	if back := e.strandedBack(at(71)); back != 0 {
-		t.Errorf("stranded for %v after the AckWait, want 0", back)
+	if back, held := e.strandedBack(at(71)); back != 0 || held != 0 {
+		t.Errorf("%d stranded for %v after the AckWait, want none", held, back)
+	}
+	if s := e.Snapshot(at(71)); s.Stranded != 0 || s.StrandedBackSec != 0 {
+		t.Errorf("event after the AckWait says %d stranded, back in %v s; want none", s.Stranded, s.StrandedBackSec)
 	}
 	// Set later, as the aggregator learns it from the consumer.
 	e = strandedRun(0, false)
