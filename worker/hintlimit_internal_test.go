@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/provision"
@@ -42,10 +43,13 @@ func TestQueueHints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The server counts a consumer's pending messages as they are stored,
+	// a moment after the publish is acknowledged.
+	var info *jetstream.ConsumerInfo
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		info, err = cons.Info(ctx)
+		return err == nil && info.NumPending == 16
+	}, "the consumer did not count its 16 prompts")
 	c := &consumerReading{pending: info.NumPending, delivered: info.Delivered.Stream, filter: info.Config.FilterSubject}
 	next, mean := w.queueHints(ctx, c)
 	// Eight samples, two prompts apart: 1600, 1400, ... 200.
