@@ -137,9 +137,10 @@ func TestWorkerSaysWhenAPeerDiesAndItsPromptsComeBack(t *testing.T) {
 		"--model", "moonshotai/Kimi-K2.5", "--ack-wait", "15s").wait(t, time.Minute)
 	completions := filepath.Join(data, "peer", "completions.jsonl")
 	brokertest.Eventually(t, 2*time.Minute, func() bool { return countLines(completions) >= 20 }, "20 prompts written")
-	// w1 is killed once w2 has heard of it: w2 follows heartbeats before
-	// it answers anything, so a heartbeat of w1 stored after one in which
-	// w2 has answered has reached w2.
+	// w1 is killed once w2 has heard of it holding prompts: w2 follows
+	// heartbeats before it answers anything, so a heartbeat of w1 stored
+	// after one in which w2 has answered has reached w2. (w1 may have
+	// pulled only after a heartbeat that said it held none.)
 	js := adminJetStream(t, natsURL, key(auth.Admin))
 	events, err := js.Stream(t.Context(), schema.EventsStream)
 	if err != nil {
@@ -156,8 +157,9 @@ func TestWorkerSaysWhenAPeerDiesAndItsPromptsComeBack(t *testing.T) {
 			w2Working = m.Sequence
 		}
 		m, err := events.GetLastMsgForSubject(t.Context(), schema.HeartbeatSubject("peer", "w1"))
-		return err == nil && m.Sequence > w2Working
-	}, "a heartbeat of w1 after w2 answered")
+		var hb schema.Heartbeat
+		return err == nil && m.Sequence > w2Working && json.Unmarshal(m.Data, &hb) == nil && hb.InFlight > 0
+	}, "a heartbeat of w1 holding prompts, after w2 answered")
 	w1.kill(t)
 	agg.wait(t, 3*time.Minute)
 	if code := w2.exit(t, time.Minute); code != 0 {
