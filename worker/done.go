@@ -64,14 +64,20 @@ func (w *Worker) watchDone(ctx context.Context, l *lane, onDone func()) {
 			backSaid, lastBack = n, time.Now()
 		}
 		ev, err := w.runDone(ctx, l)
+		if err == nil && warned {
+			warned = false
+			l.log.Info("the run's state can be read again")
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
+			// Once a spell: most often a cluster electing a leader, which
+			// passes; a key that may not read the events does not.
 			if !warned {
 				warned = true
-				l.log.Warn("cannot tell whether the run is done: reading the aggregator's events failed (a users.conf from before workers could read them? run aerie auth init again and reload nats-server)",
-					"err", err)
+				l.log.Warn("cannot tell whether the run is done: reading the run's state failed; asking again (a cluster electing a leader or a server out of reach passes by itself; if this lasts, the key may not read the aggregator's events: a users.conf from before workers could, which aerie auth init rewrites)",
+					"err", err, "every", donePoll)
 			}
 		case ev != nil && state != runDone:
 			state = runDone

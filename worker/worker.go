@@ -369,7 +369,7 @@ func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Cont
 		w.win.unused(asked - got)
 		if err != nil {
 			failures++
-			d := retryDelay(failures, 100*time.Millisecond, 5*time.Second)
+			d := retryDelay(failures, 100*time.Millisecond, pullRetryMax(err))
 			w.log.Warn("pull failed; retrying", "err", err, "in", d)
 			select {
 			case <-ctx.Done():
@@ -380,6 +380,18 @@ func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Cont
 		}
 		failures = 0
 	}
+}
+
+// pullRetryMax bounds the wait before a failed pull is tried again. No
+// responders means the run's consumer has no leader for the moment: a
+// cluster elects one within seconds, and a pull that finds it costs one
+// request, so the worker asks again every second at most rather than
+// backing off to 5 s and starting that much after the election.
+func pullRetryMax(err error) time.Duration {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return time.Second
+	}
+	return 5 * time.Second
 }
 
 // fetch pulls the prompts of the grants, in order, each run asked for
