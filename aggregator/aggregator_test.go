@@ -48,6 +48,21 @@ func publishResults(t testing.TB, js jetstream.JetStream, ids []string) {
 	}
 }
 
+// writtenOnce fails the test for each id of want that got does not hold
+// exactly once.
+func writtenOnce(t *testing.T, got, want []string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, id := range got {
+		seen[id]++
+	}
+	for _, id := range want {
+		if seen[id] != 1 {
+			t.Errorf("%s written %d times", id, seen[id])
+		}
+	}
+}
+
 func ids(from, to int) []string {
 	var out []string
 	for i := from; i < to; i++ {
@@ -154,15 +169,7 @@ func TestExactlyOnceAcrossRestart(t *testing.T) {
 	}
 
 	got := readLines(t, out)
-	seen := map[string]int{}
-	for _, id := range got {
-		seen[id]++
-	}
-	for _, id := range ids(0, n) {
-		if seen[id] != 1 {
-			t.Errorf("%s appears %d times", id, seen[id])
-		}
-	}
+	writtenOnce(t, got, ids(0, n))
 	if len(got) != n {
 		t.Errorf("%d lines, want %d", len(got), n)
 	}

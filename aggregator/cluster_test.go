@@ -47,14 +47,5 @@ func TestBacklogOnClusterIsWritten(t *testing.T) {
 	if strings.Contains(logs.String(), "fetch failed") {
 		t.Errorf("a fetch failed:\n%s", logs.String())
 	}
-	got := readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile))
-	seen := map[string]int{}
-	for _, id := range got {
-		seen[id]++
-	}
-	for _, id := range ids(0, n) {
-		if seen[id] != 1 {
-			t.Errorf("%s written %d times", id, seen[id])
-		}
-	}
+	writtenOnce(t, readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile)), ids(0, n))
 }

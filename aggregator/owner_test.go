@@ -88,15 +88,7 @@ func TestSecondAggregatorIsRefused(t *testing.T) {
 		t.Errorf("the refused aggregator created its output: %v", err)
 	}
 	brokertest.Eventually(t, 30*time.Second, func() bool { return first.Last().Completed == n }, "the first aggregator to write every answer")
-	seen := map[string]int{}
-	for _, id := range readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile)) {
-		seen[id]++
-	}
-	for _, id := range ids(0, n) {
-		if seen[id] != 1 {
-			t.Errorf("%s written %d times", id, seen[id])
-		}
-	}
+	writtenOnce(t, readLines(t, filepath.Join(dir, run, aggregator.CompletionsFile)), ids(0, n))
 }
 
 // An aggregator started while the previous one is still stopping (an
