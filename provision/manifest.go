@@ -21,6 +21,19 @@ import (
 // noticed in the first minutes of a run and not at its end.
 var manifestWarnInterval = time.Minute
 
+// bucketPoll is the wait before looking for the runs bucket again, after
+// waiting for it for waited: a tenth of a second for the first half
+// minute, so that a worker or an aggregator started beside its producer
+// starts within a tenth of a second of the bucket's creation, then a
+// second. Each look is one stream info request, nothing a server
+// notices.
+func bucketPoll(waited time.Duration) time.Duration {
+	if waited < 30*time.Second {
+		return 100 * time.Millisecond
+	}
+	return time.Second
+}
+
 // maxRunsListed is how many run names the warning lists.
 const maxRunsListed = 20
 
@@ -117,7 +130,7 @@ func waitRunsBucket(ctx context.Context, js jetstream.JetStream, run string, sta
 				"waited", now.Sub(start).Round(time.Second), "server", serverURL(js))
 			nextWarn = now.Add(manifestWarnInterval)
 		}
-		t := time.NewTimer(min(time.Second, manifestWarnInterval))
+		t := time.NewTimer(min(bucketPoll(time.Since(start)), manifestWarnInterval))
 		select {
 		case <-ctx.Done():
 			t.Stop()
