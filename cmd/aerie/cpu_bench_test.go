@@ -38,6 +38,15 @@ func cpuAnswerTokens() int {
 	return 50
 }
 
+// cpuWindow is the worker's --window in BenchmarkCPUPerPrompt:
+// AERIE_CPU_WINDOW, or 200, the window the plain client keeps too.
+func cpuWindow() string {
+	if n, err := strconv.Atoi(os.Getenv("AERIE_CPU_WINDOW")); err == nil && n > 0 {
+		return strconv.Itoa(n)
+	}
+	return "200"
+}
+
 // BenchmarkCPUPerPrompt measures the control plane's CPU per prompt, the
 // figure that matters at a large scale, process by process. One run of
 // cpuPrompts prompts (answers of cpuAnswerTokens tokens) goes through every role
@@ -74,7 +83,9 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 
 		// The plain client first, alone on the machine.
 		simBefore := procCPU(b, sim)
+		plainBegan := time.Now()
 		plain := plainClientCPU(b, backend, prompts, filepath.Join(dir, fmt.Sprintf("plain-%d.jsonl", i)))
+		plainWall := time.Since(plainBegan)
 		simPlain := procCPU(b, sim) - simBefore
 
 		natsAddr := freeAddr(b)
@@ -85,7 +96,7 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 		run := fmt.Sprintf("cpu%d", i)
 		// At info level the worker and the producer say how they batched.
 		info := func(env []string) []string { return append(env, "AERIE_LOG_LEVEL=info") }
-		work := startEnv(b, bin, info(profile("worker")), "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", "200", "--name", "w", "--grace", "2s")
+		work := startEnv(b, bin, info(profile("worker")), "work", "--nats", natsURL, "--run", run, "--backend", backend, "--window", cpuWindow(), "--name", "w", "--grace", "2s")
 
 		serverBefore, workBefore, simBefore := procCPU(b, server), procCPU(b, work), procCPU(b, sim)
 		began := time.Now()
@@ -111,13 +122,15 @@ func BenchmarkCPUPerPrompt(b *testing.B) {
 			total += d
 		}
 		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-		b.Logf("%d prompts in %.1fs (%.0f prompts/s); µs of CPU per prompt: worker %.0f, NATS %.0f, aggregator %.0f, producer %.0f; aerie and NATS %.0f; plain client %.0f (%.2fx); backend %.0f for aerie, %.0f for the plain client; %s",
-			n, wall.Seconds(), float64(n)/wall.Seconds(), per(cpu["worker"]), per(cpu["NATS"]), per(cpu["aggregator"]), per(cpu["producer"]),
+		b.Logf("%d prompts in %.2fs (%.0f prompts/s; the plain client %.2fs, %.0f prompts/s); µs of CPU per prompt: worker %.0f, NATS %.0f, aggregator %.0f, producer %.0f; aerie and NATS %.0f; plain client %.0f (%.2fx); backend %.0f for aerie, %.0f for the plain client; %s",
+			n, wall.Seconds(), float64(n)/wall.Seconds(), plainWall.Seconds(), float64(n)/plainWall.Seconds(),
+			per(cpu["worker"]), per(cpu["NATS"]), per(cpu["aggregator"]), per(cpu["producer"]),
 			per(total), per(plain), per(total)/per(plain), per(backendAerie), per(simPlain), batching)
 		for metric, v := range map[string]float64{
 			"worker-µs/prompt": per(cpu["worker"]), "nats-µs/prompt": per(cpu["NATS"]),
 			"aggregator-µs/prompt": per(cpu["aggregator"]), "producer-µs/prompt": per(cpu["producer"]),
 			"aerie+nats-µs/prompt": per(total), "plain-µs/prompt": per(plain), "aerie/plain-cpu": per(total) / per(plain),
+			"prompts/s": float64(n) / wall.Seconds(), "plain-prompts/s": float64(n) / plainWall.Seconds(),
 		} {
 			figures[metric] = append(figures[metric], v)
 		}
