@@ -61,6 +61,9 @@ type Aggregator struct {
 	// complete is when the run was last found complete (see confirmDone);
 	// used by the event loop only.
 	complete time.Time
+	// unwritten looks for lines nothing will bring (see unwritten.go);
+	// used by the event loop only.
+	unwritten unwritten
 	// ackWaitKnown is set once the estimator has the workers consumer's
 	// AckWait (see learnAckWait); used by the event loop only.
 	ackWaitKnown bool
@@ -73,6 +76,10 @@ type Aggregator struct {
 	// schedule, followed from its manifest.
 	starved int
 	sched   atomic.Pointer[schema.Schedule]
+	// queuedSeen is the run's prompts waiting to be delivered, as the
+	// event loop last read them while no worker held any (see tick): a
+	// run with none queued is not waiting for slots. -1 when not read.
+	queuedSeen atomic.Int64
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 	// fetchWait bounds one fetch (see the constant; tests lengthen it).
@@ -116,6 +123,7 @@ func New(cfg Config, js jetstream.JetStream) (*Aggregator, error) {
 		fetchWait: fetchWait,
 	}
 	a.finished, a.finish = context.WithCancel(context.Background())
+	a.queuedSeen.Store(-1)
 	if cfg.Metrics != nil {
 		if err := a.registerMetrics(cfg.Metrics); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -35,7 +36,9 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 // confirmDone) and emits the event.
 func (a *Aggregator) tick(ctx context.Context, now time.Time) {
 	a.learnAckWait(ctx)
+	a.readQueued(ctx)
 	s := a.snapshotNow(now)
+	a.noteUnwritten(ctx, &s, now)
 	switch {
 	case s.Phase != schema.PhaseDone:
 		a.complete = time.Time{}
@@ -43,6 +46,26 @@ func (a *Aggregator) tick(ctx context.Context, now time.Time) {
 		s.Phase = schema.PhaseDraining
 	}
 	a.emit(s)
+}
+
+// readQueued sets a.queuedSeen while the last event found lines left and
+// no worker holding any of the run's prompts, the state in which the run
+// may be waiting for slots; it costs one consumer info request then. A
+// consumer not created yet, or not readable, leaves it unknown (-1).
+func (a *Aggregator) readQueued(ctx context.Context) {
+	prev := a.Last()
+	if prev.Phase == schema.PhaseDone || prev.InFlight > 0 || prev.Completed+prev.Failed >= prev.Total {
+		a.queuedSeen.Store(-1)
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := a.js.Consumer(qctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
+	if err != nil { // not created yet, or not readable: unknown
+		a.queuedSeen.Store(-1)
+		return
+	}
+	a.queuedSeen.Store(int64(min(c.CachedInfo().NumPending, math.MaxInt64)))
 }
 
 // emit sends an event everywhere it goes: the events subject,

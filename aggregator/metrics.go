@@ -114,6 +114,7 @@ type runCollector struct {
 
 	expected, completed, failed, truncated, failedBy *prometheus.Desc
 	inFlight, workers, paused, writeFailing          *prometheus.Desc
+	unwritten                                        *prometheus.Desc
 	reqRate, tokRate, eta, etaLow, etaHigh, phase    *prometheus.Desc
 	lag, free, size                                  *prometheus.Desc
 	waitingForSlots, priority                        *prometheus.Desc
@@ -134,6 +135,7 @@ func newRunCollector(a *Aggregator, labels prometheus.Labels) *runCollector {
 		workers:         desc("aerie_run_workers", "Workers heard from recently."),
 		paused:          desc("aerie_run_paused_workers", "Live workers that have stopped pulling (backend down, or stopping)."),
 		writeFailing:    desc("aerie_run_write_failing", "1 while the aggregator cannot write the run's output (results are not acknowledged until it can), 0 otherwise."),
+		unwritten:       desc("aerie_run_unwritten_lines", "Lines the run lacks that nothing will bring (nothing queued, in flight or waiting to be written): another --data-dir, deleted files or lost prompts; 0 otherwise."),
 		reqRate:         desc("aerie_run_requests_per_second", "Completed requests per second over the last minute."),
 		tokRate:         desc("aerie_run_output_tokens_per_second", "Completion tokens streamed per second over the last minute, from the workers' heartbeats."),
 		eta:             desc("aerie_run_eta_seconds", "Estimated time until every prompt has its outcome; absent while there is too little to estimate from."),
@@ -150,7 +152,7 @@ func newRunCollector(a *Aggregator, labels prometheus.Labels) *runCollector {
 
 func (c *runCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.expected, c.completed, c.failed, c.failedBy, c.truncated, c.inFlight, c.workers, c.paused,
-		c.writeFailing, c.reqRate, c.tokRate, c.eta, c.etaLow, c.etaHigh, c.phase, c.lag, c.free, c.size, c.waitingForSlots, c.priority} {
+		c.writeFailing, c.unwritten, c.reqRate, c.tokRate, c.eta, c.etaLow, c.etaHigh, c.phase, c.lag, c.free, c.size, c.waitingForSlots, c.priority} {
 		ch <- d
 	}
 }
@@ -184,6 +186,7 @@ func (c *runCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.workers, float64(s.Workers))
 		gauge(c.paused, float64(len(s.PausedWorkers)))
 		gauge(c.writeFailing, boolValue(s.WriteError != ""))
+		gauge(c.unwritten, float64(s.Unwritten))
 		gauge(c.reqRate, s.RequestsPerSec)
 		gauge(c.tokRate, s.TokensPerSec)
 		if s.ETASec >= 0 {

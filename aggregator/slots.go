@@ -19,14 +19,16 @@ import (
 // noteSlots sets s.WaitingForSlots and s.Priority; a.last must be held.
 // A run waits for slots when it has prompts left to hand out and live
 // workers that are not paused, none of which holds one of its prompts,
-// in two snapshots running: a single one is the moment between a run's
-// start and its first pull.
+// in two snapshots running (a single one is the moment between a run's
+// start and its first pull), unless the event loop found none of its
+// prompts queued: lines that nothing will bring are not slots waited for
+// (see unwritten.go).
 func (a *Aggregator) noteSlots(s *schema.Throughput) {
 	if sc := a.sched.Load(); sc != nil {
 		s.Priority = sc.Priority
 	}
 	left := s.Total - s.Completed - s.Failed - s.InFlight
-	starved := s.Phase != schema.PhaseDone && left > 0 && s.InFlight == 0 && s.Workers > len(s.PausedWorkers)
+	starved := s.Phase != schema.PhaseDone && left > 0 && s.InFlight == 0 && s.Workers > len(s.PausedWorkers) && a.queuedSeen.Load() != 0
 	was := a.starved >= 2
 	if starved {
 		a.starved++

@@ -320,3 +320,20 @@ func TestBrowserWaitingForSlots(t *testing.T) {
 		Workers: 2, Priority: -1, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
 	waitFor(t, ctx, 30*time.Second, `document.getElementById("slots").hidden`, "the banner gone once the run has slots")
 }
+
+// A run short of lines that nothing will bring says so in a banner,
+// which goes once lines come again.
+func TestBrowserUnwritten(t *testing.T) {
+	ctx := browser(t)
+	page := livepage.New("moved")
+	page.Event(schema.Throughput{Run: "moved", Time: time.Now(), Phase: schema.PhaseWaiting, Total: 500,
+		Workers: 1, Unwritten: 500, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	srv := serve(t, page)
+	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	waitFor(t, ctx, 30*time.Second, `!document.getElementById("unwritten").hidden &&
+		document.getElementById("unwritten").textContent.includes("500 lines will never come")`, "the unwritten banner")
+	screenshot(t, ctx, "livepage-unwritten.png")
+	page.Event(schema.Throughput{Run: "moved", Time: time.Now(), Phase: schema.PhaseSteady, Total: 500, Completed: 20,
+		Workers: 1, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
+	waitFor(t, ctx, 30*time.Second, `document.getElementById("unwritten").hidden`, "the banner gone once lines come")
+}

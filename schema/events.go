@@ -256,4 +256,11 @@ type Throughput struct {
 	// WriteError, when set, is why the aggregator cannot write its output
 	// (a full disk, say): it is not acknowledging results until it can.
 	WriteError string `json:"write_error,omitempty"`
+	// Unwritten, when set, counts the lines the run lacks that nothing
+	// will bring: no prompt is queued or in flight and no result or dead
+	// letter waits to be written, twice running 10 s apart. They were
+	// written to another directory, or the files were deleted, or the
+	// broker lost prompts; the aggregator's warning says how to get them
+	// back. Zero (absent) otherwise.
+	Unwritten int `json:"unwritten,omitempty"`
 }

@@ -95,7 +95,7 @@ func gatherEvent(ctx context.Context, r reader, st *Run, opts Options, now time.
 	st.RequestsPerSec, st.TokensPerSec = ev.RequestsPerSec, ev.TokensPerSec
 	st.RequestsPerSecOverall, st.TokensPerSecOverall = ev.RequestsPerSecOverall, ev.TokensPerSecOverall
 	st.ETASec, st.ETALowSec, st.ETAHighSec = eta(ev)
-	st.ElapsedSec, st.WriteError = ev.ElapsedSec, ev.WriteError
+	st.ElapsedSec, st.WriteError, st.Unwritten = ev.ElapsedSec, ev.WriteError, ev.Unwritten
 	if ev.Total > 0 && st.Total == 0 {
 		st.Total = ev.Total
 	}

@@ -58,6 +58,10 @@ type Run struct {
 	// WriteError is why the aggregator cannot write its output, if it
 	// said so in its last event.
 	WriteError string `json:"write_error,omitempty"`
+	// Unwritten counts the lines the run lacks that nothing will bring,
+	// if the aggregator said so in its last event (see
+	// schema.Throughput.Unwritten).
+	Unwritten int `json:"unwritten,omitempty"`
 	// Event is the last throughput event's time; nil when the events
 	// stream holds none for the run (no aggregator ran, or its events
 	// expired).

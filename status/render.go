@@ -61,6 +61,9 @@ func WriteRun(w io.Writer, st *Run) error {
 	if st.WriteError != "" {
 		fmt.Fprintf(tw, "OUTPUT\tNOT WRITTEN: %s\n", st.WriteError)
 	}
+	if st.Unwritten > 0 {
+		fmt.Fprintf(tw, "UNWRITTEN\t%s lines will never come: nothing is queued, in flight or waiting to be written (another --data-dir, deleted files, or lost prompts; the aggregator's log says how to get them back)\n", count(st.Unwritten))
+	}
 	if len(st.Queue.Missing) > 0 {
 		fmt.Fprintf(tw, "consumers\tmissing: %s\n", strings.Join(st.Queue.Missing, ", "))
 	}

@@ -158,3 +158,24 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+// Lines that nothing will bring are named, and nothing is said of them
+// when there are none.
+func TestWriteRunSaysWhatWillNeverCome(t *testing.T) {
+	st := &status.Run{Run: "moved", Total: 500, ETASec: -1, ETALowSec: -1, ETAHighSec: -1, Workers: []status.Worker{}}
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "UNWRITTEN") {
+		t.Errorf("status names unwritten lines when there are none:\n%s", b.String())
+	}
+	st.Unwritten = 500
+	b.Reset()
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "UNWRITTEN   500 lines will never come") {
+		t.Errorf("status does not name the unwritten lines:\n%s", b.String())
+	}
+}

@@ -230,6 +230,9 @@ function render(s) {
     const we = $("write-error");
     we.hidden = !t.write_error;
     setText("write-error", t.write_error ? "Output is not being written: " + t.write_error : "");
+    const uw = $("unwritten");
+    uw.hidden = !t.unwritten;
+    setText("unwritten", t.unwritten ? num(t.unwritten) + " lines will never come: nothing is queued, in flight or waiting to be written. They went to another --data-dir, or the files were deleted, or prompts were lost; the aggregator's log says how to get them back." : "");
     const sl = $("slots");
     sl.hidden = !t.waiting_for_slots;
     setText("slots", t.waiting_for_slots ? "Waiting for slots: this run's workers serve other runs (its priority " + (t.priority || 0) + "; aerie runs ls shows every run's)." : "");
