@@ -99,7 +99,9 @@ func readLines(t *testing.T, path string) []string {
 func start(t testing.TB, js jetstream.JetStream, cfg aggregator.Config) (*aggregator.Aggregator, func() error) {
 	t.Helper()
 	cfg.Run = run
-	cfg.Logger = quiet
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	if cfg.EventInterval == 0 {
 		cfg.EventInterval = 50 * time.Millisecond
 	}

@@ -40,24 +40,7 @@ func (e *events) snapshot() []schema.Throughput {
 // collects its events.
 func startLogged(t *testing.T, js jetstream.JetStream, dir string, log *logtest.Buffer, evs *events) (*aggregator.Aggregator, func() error) {
 	t.Helper()
-	a, err := aggregator.New(aggregator.Config{
-		Run: run, DataDir: dir, EventInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(log, nil)), OnEvent: evs.add,
-	}, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-done })
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-	return a, stop
+	return start(t, js, aggregator.Config{DataDir: dir, Logger: slog.New(slog.NewTextHandler(log, nil)), OnEvent: evs.add})
 }
 
 // An aggregator started for a finished run in a directory that does not
