@@ -145,7 +145,9 @@ eta-study:
 # ones, against one sample (BenchmarkSamplesPrefill); and, BENCHN times,
 # the CPU per prompt of every process of a zero-latency run, each role in
 # its own, against a plain client's in the same run (BenchmarkCPUPerPrompt;
-# AERIE_CPU_PROMPTS sets its size, 10,000 by default).
+# AERIE_CPU_PROMPTS sets its size, 10,000 by default, AERIE_CPU_WINDOW the
+# worker's window, 200, and AERIE_CPU_ANSWER_TOKENS the answers' median
+# length, 50; it prints both runs' prompts/s).
 BENCHN   ?= 3
 # BENCH_EXPORT_DIR is a run's output directory whose completions.jsonl the
 # export benchmark reads: by default that of `make run TURNS=all` (about
