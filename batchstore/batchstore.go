@@ -67,6 +67,11 @@ type Options struct {
 	// Logger receives the one warning that batching is off; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Wait bounds the wait for a batch's acknowledgement by Timeout, and
+	// may end it sooner (natsdial.Replies.Wait ends it when the
+	// connection is back after a loss: the acknowledgement went with
+	// it); nil means context.WithTimeout.
+	Wait func(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
 }
 
 func (o Options) withDefaults() Options {
@@ -84,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Wait == nil {
+		o.Wait = context.WithTimeout
 	}
 	return o
 }
@@ -298,7 +306,7 @@ func (s *Store) commit(batch []*Ticket) {
 	for i, t := range batch {
 		msgs[i] = Copy(t.msg) // the library writes batch headers into what it sends
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	ctx, cancel := s.opts.Wait(context.Background(), s.opts.Timeout)
 	defer cancel()
 	_, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs, jetstreamext.BatchFlowControl{AckFirst: false})
 	if err == nil {

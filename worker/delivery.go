@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/natsdial"
 )
 
 // delivery is one delivery of a prompt message to this worker. It sends
@@ -23,6 +25,9 @@ type delivery struct {
 	progress *progressAcks
 	// lane is the run the prompt belongs to.
 	lane *lane
+	// replies ends the wait for a confirmation that a lost connection
+	// took with it (see natsdial.Replies); nil waits out the timeout.
+	replies *natsdial.Replies
 }
 
 // progressAcks tells JetStream every AckWait/3 that a message is still
@@ -97,7 +102,7 @@ func (d *delivery) ack(ctx context.Context) error {
 	d.progress.stop()
 	var err error
 	for i := 1; i <= 8; i++ {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		actx, cancel := d.replies.Wait(context.WithoutCancel(ctx), 5*time.Second)
 		err = d.msg.DoubleAck(actx)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {

@@ -18,7 +18,7 @@ type batches struct {
 // startBatches starts the group commits of the streams Run opened and
 // returns what stops them, once no prompt is being processed.
 func (w *Worker) startBatches() (stop func()) {
-	opts := batchstore.Options{Stream: schema.ResultsStream, Logger: w.log}
+	opts := batchstore.Options{Stream: schema.ResultsStream, Logger: w.log, Wait: w.replies.Wait}
 	w.batches.results = batchstore.New(w.js, opts)
 	if w.turns != nil {
 		opts.Stream = schema.TurnsStream

@@ -24,7 +24,7 @@ func (w *Worker) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *le
 		ln.log.Error("message without JetStream metadata", "subject", msg.Subject(), "err", err)
 		return
 	}
-	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(ln, msg), lane: ln}
+	d := &delivery{msg: msg, attempt: int(meta.NumDelivered), seq: meta.Sequence.Stream, progress: w.startProgress(ln, msg), lane: ln, replies: w.replies}
 	if d.attempt > 1 {
 		ln.cameBack.Add(1)
 	}

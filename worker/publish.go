@@ -201,7 +201,7 @@ func (w *Worker) storeOnce(ctx context.Context, m *nats.Msg) (ours bool, err err
 // deadline.
 func (w *Worker) storeAlone(ctx context.Context, m *nats.Msg, deadline time.Time) (ours bool, err error) {
 	for i := 1; ; i++ {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		pctx, cancel := w.replies.Wait(context.WithoutCancel(ctx), 10*time.Second)
 		ack, err := w.js.PublishMsg(pctx, m, jetstream.WithExpectLastSequencePerSubject(0))
 		cancel()
 		if err == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -40,6 +41,9 @@ type Worker struct {
 	nc      *nats.Conn
 	backend Backend
 	log     *slog.Logger
+	// replies ends waits for acknowledgements that a lost connection
+	// took with it; set by Run, nil before (the waits run their course).
+	replies *natsdial.Replies
 
 	// lanes are the runs served (see serving), set by Run before any
 	// prompt is processed; lanesChanged is notified when a lane's hold
@@ -270,6 +274,8 @@ func (w *Worker) Stats() Stats {
 // prompts finish for up to Config.Grace, hands back the rest and returns
 // nil. It returns an error only if it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
+	w.replies = natsdial.WatchReplies(w.nc)
+	defer w.replies.Stop()
 	kv, err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
