@@ -145,7 +145,7 @@ func newRunCollector(a *Aggregator, labels prometheus.Labels) *runCollector {
 		lag:             desc("aerie_run_consumer_lag_messages", "Messages a consumer has yet to settle (NumPending + NumAckPending): consumer=workers is the prompts left to the workers, consumer=results the answers stored and not yet written by the aggregator.", "consumer"),
 		free:            desc("aerie_data_dir_free_bytes", "Space available to the aggregator on the file system of the run's output directory."),
 		size:            desc("aerie_data_dir_size_bytes", "Size of the file system of the run's output directory."),
-		waitingForSlots: desc("aerie_run_waiting_for_slots", "1 while the run has prompts left and live workers, none of which holds any of them: workers serving several runs give their slots to others; 0 otherwise."),
+		waitingForSlots: desc("aerie_run_waiting_for_slots", "1 while the run has prompts queued and live workers, none of which holds any of them: workers serving several runs give their slots to others; 0 otherwise."),
 		priority:        desc("aerie_run_priority", "The run's priority (aerie runs set): workers serving several runs give their slots to the highest first."),
 	}
 }

@@ -214,9 +214,9 @@ type Throughput struct {
 	// event; the ETA is no earlier. Both are absent when none is.
 	Stranded        int     `json:"stranded,omitempty"`
 	StrandedBackSec float64 `json:"stranded_back_sec,omitempty"`
-	// WaitingForSlots is set while the run has prompts left to hand out
-	// and live workers that are not paused, none of which holds any of
-	// them, for two events running: workers that serve several runs give
+	// WaitingForSlots is set while the run has prompts queued and live
+	// workers that are not paused, none of which holds any of them, for
+	// two events running: workers that serve several runs give
 	// their slots to others (aerie work --runs, --all-runs). Priority is
 	// the run's priority then (its manifest's schedule).
 	WaitingForSlots bool `json:"waiting_for_slots,omitempty"`
