@@ -31,11 +31,13 @@ type delivery struct {
 }
 
 // progressAcks tells JetStream every AckWait/3 that a message is still
-// being worked on. The zero value is not usable; see startProgress.
+// being worked on. It holds a timer, not a goroutine: a worker holds
+// hundreds of prompts, most of them settled long before their first
+// progress ack is due. The zero value is not usable; see startProgress.
 type progressAcks struct {
-	once    sync.Once
-	done    chan struct{}
-	stopped chan struct{}
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
 }
 
 // startProgress sends progress acks for msg until stop is called.
@@ -44,30 +46,30 @@ func (w *Worker) startProgress(l *lane, msg jetstream.Msg) *progressAcks {
 	if every <= 0 {
 		every = 10 * time.Second
 	}
-	p := &progressAcks{done: make(chan struct{}), stopped: make(chan struct{})}
-	go func() {
-		defer close(p.stopped)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.done:
-				return
-			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					l.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
-				}
-			}
+	p := &progressAcks{}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = time.AfterFunc(every, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.stopped {
+			return
 		}
-	}()
+		if err := msg.InProgress(); err != nil {
+			l.log.Warn("progress ack failed", "subject", msg.Subject(), "err", err)
+		}
+		p.t.Reset(every)
+	})
 	return p
 }
 
-// stop ends the progress acks and waits until none can be sent any more.
+// stop ends the progress acks; once it returns none is sent any more.
 // It may be called more than once.
 func (p *progressAcks) stop() {
-	p.once.Do(func() { close(p.done) })
-	<-p.stopped
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.t.Stop()
 }
 
 // nak hands the prompt back, to be delivered again after delay (at once
