@@ -340,14 +340,36 @@ func TestWorkerDiesMidFlight(t *testing.T) {
 }
 
 // A generation much longer than AckWait is not delivered to anyone else:
-// progress acks keep it with its worker.
+// progress acks keep it with its worker. The workers pull nothing more
+// once every prompt is with them, so a pull of the test's own, open for
+// four AckWaits while they generate, is what would get a prompt whose
+// AckWait ran out.
 func TestLongGenerationIsNotRedelivered(t *testing.T) {
 	const n = 4
 	b := setup(t, n, provision.Options{AckWait: 500 * time.Millisecond})
 	slow, url := newFakeLLM(t, &fakeLLM{duration: 3 * time.Second}) // 6 x AckWait
-	_, url2 := newFakeLLM(t, &fakeLLM{duration: 3 * time.Second})
+	fast, url2 := newFakeLLM(t, &fakeLLM{duration: 3 * time.Second})
 	b.start(t, worker.Config{Window: 2}, url)
 	b.start(t, worker.Config{Window: 2}, url2)
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		a, _ := slow.snapshot()
+		c, _ := fast.snapshot()
+		return a+c == n
+	}, "every prompt generating")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := b.js.Consumer(ctx, schema.PromptsStream, schema.WorkersConsumer(b.run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(4*500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		t.Errorf("%s was delivered again while its worker generated it", m.Subject())
+		_ = m.Nak()
+	}
 	brokertest.Eventually(t, 30*time.Second, func() bool { return b.resultCount(t) == n }, "all results")
 	for id, r := range b.results(t) {
 		if r.Attempts != 1 {
@@ -360,7 +382,6 @@ func TestLongGenerationIsNotRedelivered(t *testing.T) {
 	if rd := b.consumer(t).NumRedelivered; rd != 0 {
 		t.Errorf("consumer redelivered %d prompts", rd)
 	}
-	_ = slow
 }
 
 // A prompt whose answer is already stored (an earlier worker published it
