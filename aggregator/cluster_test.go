@@ -1,7 +1,6 @@
 package aggregator_test
 
 import (
-	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -27,21 +26,15 @@ func TestBacklogOnClusterIsWritten(t *testing.T) {
 	publishResults(t, js, ids(0, n))
 	dir := t.TempDir()
 	var logs logtest.Buffer
-	a, err := aggregator.New(aggregator.Config{Run: run, DataDir: dir, ExitWhenDone: true,
-		EventInterval: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, js)
-	if err != nil {
-		t.Fatal(err)
-	}
 	began := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(context.Background()) }()
+	a, stop := start(t, js, aggregator.Config{DataDir: dir, ExitWhenDone: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
+	case <-a.Done():
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("the aggregator did not finish a run whose %d results were all stored: %+v\n%s", n, a.Last(), logs.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%d results written in %v", n, time.Since(began).Round(time.Millisecond))
 	if strings.Contains(logs.String(), "fetch failed") {

@@ -84,14 +84,24 @@ func (a *Aggregator) allCompleted() bool {
 
 // queued is the number of the run's prompts waiting to be delivered.
 func (a *Aggregator) queued(ctx context.Context) (uint64, error) {
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := a.js.Consumer(qctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
+	info, err := a.consumerInfo(ctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	return c.CachedInfo().NumPending, nil
+	return info.NumPending, nil
+}
+
+// consumerInfo reads the state of a consumer of the run, waiting at most
+// 10 s for the server.
+func (a *Aggregator) consumerInfo(ctx context.Context, stream, name string) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := a.js.Consumer(ctx, stream, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.CachedInfo(), nil
 }

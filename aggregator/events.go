@@ -58,14 +58,12 @@ func (a *Aggregator) readQueued(ctx context.Context) {
 		a.queuedSeen.Store(-1)
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := a.js.Consumer(qctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
+	info, err := a.consumerInfo(ctx, schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run))
 	if err != nil { // not created yet, or not readable: unknown
 		a.queuedSeen.Store(-1)
 		return
 	}
-	a.queuedSeen.Store(int64(min(c.CachedInfo().NumPending, math.MaxInt64)))
+	a.queuedSeen.Store(int64(min(info.NumPending, math.MaxInt64)))
 }
 
 // emit sends an event everywhere it goes: the events subject,

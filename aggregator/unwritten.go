@@ -95,22 +95,19 @@ func (a *Aggregator) noteUnwritten(ctx context.Context, s *schema.Throughput, no
 // acknowledged. A consumer that does not exist counts as not empty: the
 // producer or the aggregator has yet to create it.
 func (a *Aggregator) nothingToCome(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	for _, c := range []struct{ stream, name string }{
 		{schema.PromptsStream, schema.WorkersConsumer(a.cfg.Run)},
 		{schema.ResultsStream, schema.ResultsConsumer(a.cfg.Run)},
 		{schema.DeadStream, schema.DeadConsumer(a.cfg.Run)},
 		{schema.AdvisoriesStream, schema.AdvisoriesConsumer(a.cfg.Run)},
 	} {
-		cons, err := a.js.Consumer(ctx, c.stream, c.name)
+		info, err := a.consumerInfo(ctx, c.stream, c.name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return false, nil
 		}
 		if err != nil {
 			return false, fmt.Errorf("consumer %s of stream %s: %w", c.name, c.stream, err)
 		}
-		info := cons.CachedInfo()
 		if info.NumPending > 0 || info.NumAckPending > 0 {
 			return false, nil
 		}
