@@ -211,8 +211,8 @@ func (p *peers) heard(self string) nats.MsgHandler {
 		if hb.FreeSlots != nil {
 			free = *hb.FreeSlots
 		}
-		if hb.Paused {
-			free = 0 // a paused worker pulls nothing
+		if hb.Paused || hb.TailHold {
+			free = 0 // a paused worker, or one holding back, pulls nothing
 		}
 		now := time.Now()
 		p.mu.Lock()

@@ -1,0 +1,40 @@
+package worker
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// A peer counts its free slots for the tail hand-back only while it
+// pulls: a paused peer, or one holding back from the run's prompts near
+// its end, would leave a prompt handed back for it in the queue, while
+// the request that gave it up had been generating.
+func TestPeersFreeSlotsAreThoseOfPeersThatPull(t *testing.T) {
+	free := 50
+	for _, c := range []struct {
+		name string
+		hb   schema.Heartbeat
+		want int
+	}{
+		{"pulling", schema.Heartbeat{Worker: "a", Window: 50, FreeSlots: &free}, 50},
+		{"paused", schema.Heartbeat{Worker: "a", Window: 50, FreeSlots: &free, Paused: true}, 0},
+		{"holding back for the tail", schema.Heartbeat{Worker: "a", Window: 50, FreeSlots: &free, TailHold: true}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var p peers
+			data, err := json.Marshal(c.hb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.heard("me")(&nats.Msg{Data: data})
+			if got := p.free(time.Now(), time.Minute); got != c.want {
+				t.Errorf("free slots %d, want %d", got, c.want)
+			}
+		})
+	}
+}
