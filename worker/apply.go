@@ -95,19 +95,16 @@ func (w *Worker) apply(r readings, pl plan) {
 		if len(lp.hedges) > 0 {
 			w.startHedges(l, lp.hedges)
 		}
-		if n := w.handBackSlow(l); n > 0 {
+		if n := cancelFlights(lp.slowBack, errSlowForHint, flightWaiting, flightStreaming); n > 0 {
 			l.log.Info("handing back prompts whose length hints are too long for this server, for faster workers",
 				"prompts", n, "hint_limit", math.Round(lp.hintLimit))
 		}
 		l.applyFull(lp, r.size-r.generating)
-		handed := 0
-		for _, f := range lp.handBack {
-			if f.f.state.CompareAndSwap(flightWaiting, flightHandedBack) {
-				f.cancel(errTailHandBack)
-				handed++
-			}
+		tail := make([]*flight, len(lp.handBack))
+		for i, f := range lp.handBack {
+			tail[i] = f.f
 		}
-		if handed > 0 {
+		if handed := cancelFlights(tail, errTailHandBack, flightWaiting); handed > 0 {
 			l.log.Info("handing back prompts waiting without a first token, for idle workers of the run",
 				"prompts", handed, "waited_over", r.handBackWait.Round(time.Millisecond), "idle_slots", lp.idleSlots)
 		}
@@ -115,6 +112,18 @@ func (w *Worker) apply(r readings, pl plan) {
 	if changed {
 		w.lanesChanged.notify()
 	}
+}
+
+// cancelFlights cancels the requests of fs that are still in one of the
+// states from, to be handed back with cause, and returns how many.
+func cancelFlights(fs []*flight, cause error, from ...int32) int {
+	n := 0
+	for _, f := range fs {
+		if f.cancelAs(flightHandedBack, cause, from...) {
+			n++
+		}
+	}
+	return n
 }
 
 // applyYield records the yield cap, logging when the worker begins and

@@ -374,13 +374,9 @@ func (w *Worker) heardHedge(l *lane) nats.MsgHandler {
 				if f.lane != l || f.unit != (schema.Unit{ID: n.ID, Sample: n.Sample}) {
 					return
 				}
-				f.mu.Lock()
-				cancel := f.cancel
-				f.mu.Unlock()
-				if cancel != nil && (f.state.CompareAndSwap(flightWaiting, flightHedgedAway) || f.state.CompareAndSwap(flightStreaming, flightHedgedAway)) {
+				if f.cancelAs(flightHedgedAway, errHedgeWon, flightWaiting, flightStreaming) {
 					l.n.hedgedTokens.Add(f.tokens.Load())
 					w.metrics.hedged(l.run, "", f.tokens.Load())
-					cancel(errHedgeWon)
 				}
 			}
 		}

@@ -173,7 +173,11 @@ func (l *lane) setHintLimit(limit float64) { l.hintLimit.Store(math.Float64bits(
 // (from half the consumer's MaxDeliver on, or the tenth without one), so
 // that handing back cannot use them all up.
 func (l *lane) slowForHint(hint, attempt int) bool {
-	limit := math.Float64frombits(l.hintLimit.Load())
+	return l.slowFor(hint, attempt, math.Float64frombits(l.hintLimit.Load()))
+}
+
+// slowFor is slowForHint under limit.
+func (l *lane) slowFor(hint, attempt int, limit float64) bool {
 	if hint <= 0 || !(float64(hint) > limit) {
 		return false
 	}
@@ -184,69 +188,32 @@ func (l *lane) slowForHint(hint, attempt int) bool {
 	return attempt < last && float64(hint) > limit
 }
 
-// ownTokens returns the completion tokens this worker has streamed, over
-// every run, how many of its requests are streaming now, and what these
-// streamed a second each since they were sent (0 for none): a first
-// measure of its speed, before two readings can be compared.
-func (w *Worker) ownTokens(now time.Time) (tokens int64, decoding int, speed float64) {
-	for _, l := range w.serving() {
-		tokens += l.n.tokens.Load()
-	}
-	var streamed int64
-	var since time.Duration
-	w.inFlight.Range(func(_, v any) bool {
-		f := v.(*flight)
-		if f.state.Load() != flightStreaming {
-			return true
-		}
-		decoding++
-		f.mu.Lock()
-		sent := f.sent
-		f.mu.Unlock()
-		if n := f.tokens.Load(); n > 0 && !sent.IsZero() && now.After(sent) {
-			streamed += n
-			since += now.Sub(sent)
-		}
-		return true
-	})
-	if since > 0 {
-		speed = float64(streamed) / since.Seconds()
-	}
-	return tokens, decoding, speed
-}
-
 // slowStartShare is how far into its hinted length a request may be and
 // still be handed back by handBackSlow: early enough that little is
 // thrown away. A request started before its worker knew itself slow (the
 // first pull of a run takes the longest prompts at once) is caught then.
 const slowStartShare = 0.25
 
-// handBackSlow cancels, for a faster worker, l's requests whose hint is
-// above the lane's limit and which have streamed less than
-// slowStartShare of it (never a last delivery); it returns how many.
-func (w *Worker) handBackSlow(l *lane) int {
-	if math.IsInf(math.Float64frombits(l.hintLimit.Load()), 1) {
-		return 0 // not slow: nothing to look at
+// slowFlights are the requests of l among flights to hand back, for a
+// faster worker, under the hint limit just decided: those whose hint is
+// above it and which had streamed less than slowStartShare of it, sent
+// and not yet handed back (never a last delivery).
+func slowFlights(flights []flightView, l *lane, limit float64) []*flight {
+	if math.IsInf(limit, 1) {
+		return nil // not slow: nothing to look at
 	}
-	n := 0
-	w.inFlight.Range(func(_, v any) bool {
-		f := v.(*flight)
-		if f.lane != l || f.last || !l.slowForHint(f.hint, f.attempt) || float64(f.tokens.Load()) >= slowStartShare*float64(f.hint) {
-			return true
+	var out []*flight
+	for _, fv := range flights {
+		f := fv.f
+		if fv.lane != l || f.last || !l.slowFor(f.hint, f.attempt, limit) || float64(fv.tokens) >= slowStartShare*float64(f.hint) {
+			continue
 		}
-		f.mu.Lock()
-		cancel := f.cancel
-		f.mu.Unlock()
-		if cancel == nil {
-			return true
+		if fv.sent.IsZero() || fv.state != flightWaiting && fv.state != flightStreaming {
+			continue
 		}
-		if f.state.CompareAndSwap(flightWaiting, flightHandedBack) || f.state.CompareAndSwap(flightStreaming, flightHandedBack) {
-			cancel(errSlowForHint)
-			n++
-		}
-		return true
-	})
-	return n
+		out = append(out, f)
+	}
+	return out
 }
 
 // addHinted counts, for the hints' error, an answer of tokens to a

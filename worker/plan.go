@@ -102,8 +102,12 @@ type lanePlan struct {
 	// next in the run's queue is above it (hintHoldPolicy).
 	hintLimit float64
 	hintHold  bool
-	// hedges are the other workers' requests to hedge now (hedgePolicy).
+	// hedges are the other workers' requests to hedge now (hedgePolicy),
+	// each once.
 	hedges []peerFlight
+	// slowBack are the requests to hand back for a faster worker: their
+	// hints are above hintLimit (see slowFlights).
+	slowBack []*flight
 	// need is the MaxAckPending that the windows heard of need, with
 	// the workers and windows counted, when full is fullSet.
 	need, workers, windows int
@@ -139,7 +143,8 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 		lp := &pl.lanes[i]
 		lp.hintLimit = hintPolicy(r, i, m.speed)
 		lp.hintHold = hintHoldPolicy(lp.hintLimit, r.lanes[i].nextHint, r.lanes[i].bounced)
-		lp.hedges = hedgePolicy(p, r, i, m.speed, r.lanes[i].hedges)
+		lp.hedges = onceEach(hedgePolicy(p, r, i, m.speed, r.lanes[i].hedges))
+		lp.slowBack = slowFlights(r.flights, r.lanes[i].lane, lp.hintLimit)
 		lp.hold, lp.pending, lp.handBack, lp.idleSlots = t.hold, t.pending, t.handBack, t.idleSlots
 		if t.restore && pl.window.size == 0 {
 			pl.window.size, pl.window.why = p.window, "prompts came again"
@@ -151,6 +156,19 @@ func planPulls(p policy, r readings, m memory) (plan, memory) {
 	}
 	pl.window = capWindow(p, r, pl.window, pl.yield, wasCapped)
 	return pl, m
+}
+
+// onceEach is fs without the requests listed before: two workers may
+// list the same prompt (a redelivery beside the first delivery), and it
+// is hedged once.
+func onceEach(fs []peerFlight) []peerFlight {
+	var out []peerFlight
+	for _, f := range fs {
+		if !slices.ContainsFunc(out, func(g peerFlight) bool { return g.Seq == f.Seq }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // capWindow bounds the window's decision by the yield cap: the size the

@@ -1,9 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/aerie-dev/aerie/openai"
@@ -34,8 +36,11 @@ type readings struct {
 	loadNotServed bool
 	// ownLatency is the moving mean of this worker's request times;
 	// handBackWait is how long a request must have waited without a first
-	// token to be handed back at the end of a run.
+	// token to be handed back at the end of a run: Config.HandBackAfter,
+	// or ttfFactor times the backend's shortest time to first token seen
+	// (leastTTFT) if that is longer.
 	ownLatency, handBackWait time.Duration
+	leastTTFT                time.Duration
 	// tokens is the completion tokens this worker has streamed, and
 	// decoding the requests streaming now: its own speed per request
 	// comes from them (hintPolicy).
@@ -44,6 +49,9 @@ type readings struct {
 	// firstSpeed is what the requests streaming now streamed a second
 	// each since they were sent (0 for none): the speed's first measure.
 	firstSpeed float64
+	// flights are the requests in flight, as one look saw them: every
+	// choice of requests in a decision is made from it.
+	flights []flightView
 	// lanes are the runs served, in the worker's order.
 	lanes []laneReading
 }
@@ -122,14 +130,19 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 		}
 	}
 	r.ownLatency = w.latency.get()
-	r.handBackWait = w.handBackWait()
-	r.tokens, r.decoding, r.firstSpeed = w.ownTokens(r.now)
+	r.leastTTFT = w.ttfts.least()
+	r.handBackWait = max(w.cfg.HandBackAfter, ttfFactor*r.leastTTFT)
+	for _, l := range w.serving() {
+		r.tokens += l.n.tokens.Load()
+	}
+	r.flights = w.lookAtFlights()
+	r.decoding, r.firstSpeed = streaming(r.flights, r.now)
 	recent := 3 * w.cfg.Heartbeat
 	lanes := w.serving()
 	r.lanes = make([]laneReading, len(lanes))
 	var waiting map[*lane][]waitingFlight
 	if w.cfg.HandBackAfter > 0 {
-		waiting = w.waitingFlights(r.now.Add(-r.handBackWait))
+		waiting = waitingFlights(r.flights, r.now.Add(-r.handBackWait))
 	}
 	for i, l := range lanes {
 		lr := &r.lanes[i]
@@ -183,6 +196,79 @@ func (w *Worker) observe(ctx context.Context, m *memory) readings {
 		}
 	}
 	return r
+}
+
+// flightView is one request in flight as a decision's look saw it.
+type flightView struct {
+	f    *flight
+	lane *lane
+	// key is where the request is kept in Worker.inFlight.
+	key any
+	// state, tokens and sent are the flight's at the look.
+	state  int32
+	tokens int64
+	sent   time.Time
+}
+
+// lookAtFlights is one look at the requests in flight.
+func (w *Worker) lookAtFlights() []flightView {
+	var out []flightView
+	w.inFlight.Range(func(k, v any) bool {
+		f := v.(*flight)
+		fv := flightView{f: f, lane: f.lane, key: k, state: f.state.Load(), tokens: f.tokens.Load()}
+		f.mu.Lock()
+		if f.cancel != nil {
+			fv.sent = f.sent
+		}
+		f.mu.Unlock()
+		out = append(out, fv)
+		return true
+	})
+	slices.SortFunc(out, func(a, b flightView) int { return compareKeys(a.key, b.key) })
+	return out
+}
+
+// compareKeys orders the keys of Worker.inFlight by prompt sequence,
+// then a delivery's own request, its samples' and a hedge's, so that a
+// look sees the requests in the same order whatever the map's.
+func compareKeys(a, b any) int {
+	seqA, kindA, sampleA := keyOrder(a)
+	seqB, kindB, sampleB := keyOrder(b)
+	return cmp.Or(cmp.Compare(seqA, seqB), cmp.Compare(kindA, kindB), cmp.Compare(sampleA, sampleB))
+}
+
+func keyOrder(k any) (seq uint64, kind, sample int) {
+	switch k := k.(type) {
+	case uint64:
+		return k, 0, 0
+	case sampleKey:
+		return k.seq, 1, k.sample
+	case hedgeKey:
+		return uint64(k), 2, 0
+	}
+	return 0, 3, 0
+}
+
+// streaming returns how many of flights are streaming, and what these
+// streamed a second each since they were sent (0 for none): a first
+// measure of the worker's speed, before two readings can be compared.
+func streaming(flights []flightView, now time.Time) (decoding int, speed float64) {
+	var streamed int64
+	var since time.Duration
+	for _, f := range flights {
+		if f.state != flightStreaming {
+			continue
+		}
+		decoding++
+		if f.tokens > 0 && !f.sent.IsZero() && now.After(f.sent) {
+			streamed += f.tokens
+			since += now.Sub(f.sent)
+		}
+	}
+	if since > 0 {
+		speed = float64(streamed) / since.Seconds()
+	}
+	return decoding, speed
 }
 
 // errCannotReadMetrics says the backend has no way to read its server's

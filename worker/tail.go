@@ -90,36 +90,21 @@ func (w *Worker) followPeers(ctx context.Context, l *lane) {
 	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 }
 
-// handBackWait is how long a request must have waited without a first
-// token to be handed back: Config.HandBackAfter, or ttfFactor times the
-// shortest time to first token seen if that is longer.
-func (w *Worker) handBackWait() time.Duration {
-	return max(w.cfg.HandBackAfter, ttfFactor*w.ttfts.least())
-}
-
 type waitingFlight struct {
-	f      *flight
-	sent   time.Time
-	cancel context.CancelCauseFunc
+	f    *flight
+	sent time.Time
 }
 
-// waitingFlights are the requests sent before `before` that have no
-// token yet and may be handed back, by lane.
-func (w *Worker) waitingFlights(before time.Time) map[*lane][]waitingFlight {
+// waitingFlights are the requests of flights sent before `before` that
+// had no token yet and may be handed back, by lane.
+func waitingFlights(flights []flightView, before time.Time) map[*lane][]waitingFlight {
 	out := map[*lane][]waitingFlight{}
-	w.inFlight.Range(func(_, v any) bool {
-		f := v.(*flight)
-		if f.last || f.state.Load() != flightWaiting {
-			return true
+	for _, fv := range flights {
+		if fv.f.last || fv.state != flightWaiting || fv.sent.IsZero() || !fv.sent.Before(before) {
+			continue
 		}
-		f.mu.Lock()
-		sent, cancel := f.sent, f.cancel
-		f.mu.Unlock()
-		if cancel != nil && sent.Before(before) {
-			out[f.lane] = append(out[f.lane], waitingFlight{f: f, sent: sent, cancel: cancel})
-		}
-		return true
-	})
+		out[fv.lane] = append(out[fv.lane], waitingFlight{f: fv.f, sent: fv.sent})
+	}
 	return out
 }
 

@@ -142,6 +142,25 @@ type flight struct {
 	cancel context.CancelCauseFunc
 }
 
+// cancelAs cancels f's request with cause, moving it to state `to`,
+// if it is sent and in one of the states from; it reports whether it
+// did.
+func (f *flight) cancelAs(to int32, cause error, from ...int32) bool {
+	f.mu.Lock()
+	cancel := f.cancel
+	f.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	for _, s := range from {
+		if f.state.CompareAndSwap(s, to) {
+			cancel(cause)
+			return true
+		}
+	}
+	return false
+}
+
 // New returns a worker; js must be connected and backend ready.
 func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
