@@ -37,7 +37,13 @@ func (w *Worker) control(ctx context.Context) {
 		}
 		var pl plan
 		known := m.speed > 0
-		pl, m = planPulls(p, r, m)
+		if recordDecision != nil {
+			done := recordDecision(w, p, r, m)
+			pl, m = planPulls(p, r, m)
+			done(pl, m)
+		} else {
+			pl, m = planPulls(p, r, m)
+		}
 		w.speed.Store(math.Float64bits(m.speed))
 		if !known && m.speed > 0 {
 			select {
@@ -48,6 +54,11 @@ func (w *Worker) control(ctx context.Context) {
 		w.apply(r, pl)
 	}
 }
+
+// recordDecision, when set (by the golden decisions' recorder, a test),
+// is told of every decision before it is made, and returns what is told
+// of the plan and memory it made.
+var recordDecision func(w *Worker, p policy, r readings, in memory) (made func(plan, memory))
 
 // startupDecisions is how many decisions come quickly at the start.
 const startupDecisions = 4
