@@ -85,6 +85,12 @@ type Heartbeat struct {
 	// sooner than it would (it keeps those it holds). Other workers do
 	// not count on it to pull.
 	TailHold bool `json:"tail_hold,omitempty"`
+	// HintHold is set while the worker takes no new prompt because the
+	// prompts next in the run's queue have length hints too long for its
+	// server, which is much slower than the run's other workers (see
+	// HintError); it keeps those it holds. Other workers do not count on
+	// it to pull. A worker older than the field holds so unannounced.
+	HintHold bool `json:"hint_hold,omitempty"`
 	// ConsumerFull is set from when the worker, with free slots, finds
 	// the run's consumer holding as many unsettled prompts as its
 	// MaxAckPending while prompts wait, until it sees room again: no

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // breaker stops a worker from feeding prompts to a backend that cannot
@@ -82,30 +84,34 @@ func newBreaker(threshold int, probe, health func(context.Context) error, onChan
 	return b
 }
 
-// record notes the outcome of a request. It returns true when the breaker
-// is open after it: the failure belongs to an outage or a configuration
-// fault, not to the prompt.
-func (b *breaker) record(err error) (open bool) {
-	f := faultOf(err)
+// record notes the outcome of a request: its failure, nil for a
+// success. It returns true when the breaker is open after it: the
+// failure belongs to an outage or a configuration fault, not to the
+// prompt.
+func (b *breaker) record(failure *policy.Failure) (open bool) {
+	f := policy.NoFault
+	if failure != nil {
+		f = failure.Fault
+	}
 	b.mu.Lock()
 	switch f {
-	case noFault, answered:
-		if err == nil || f == answered {
+	case policy.NoFault, policy.Answered:
+		if failure == nil || f == policy.Answered {
 			b.failures = 0
 		}
 		open = b.open
 		b.mu.Unlock()
 		return open
-	case serverFault:
+	case policy.ServerFault:
 		b.failures++
 	}
-	opening := !b.open && (f == misconfigured || b.failures >= b.threshold)
-	if opening && f == serverFault && b.health != nil && b.failures < healthyFactor*b.threshold {
+	opening := !b.open && (f == policy.Misconfigured || b.failures >= b.threshold)
+	if opening && f == policy.ServerFault && b.health != nil && b.failures < healthyFactor*b.threshold {
 		opening = b.downByHealth()
 	}
 	if opening {
 		b.open = true
-		b.reason = pauseReason(f, err)
+		b.reason = pauseReason(failure)
 		b.openedAt = time.Now()
 		b.closed = make(chan struct{})
 		select {
@@ -154,18 +160,26 @@ func (b *breaker) downByHealth() bool {
 
 // pauseReason says, for heartbeats and logs, why a fault paused the
 // worker and what brings it back.
-func pauseReason(f fault, err error) string {
-	if errors.Is(err, errNoTokenIDs) {
-		return err.Error()
+func pauseReason(failure *policy.Failure) string {
+	err := failure.Err
+	if errors.Is(err, policy.ErrNoTokenIDs) {
+		return policy.ErrNoTokenIDs.Error()
 	}
-	if priorityRefused(err) {
-		return priorityFix
+	if policy.PriorityRefused(err) {
+		return policy.PriorityFix
 	}
-	if f == misconfigured {
+	if failure.Fault == policy.Misconfigured {
 		return "backend refuses the run's requests: " + err.Error() +
 			" (fix the key in --api-key-file, which is re-read while paused, or serve the run's model again)"
 	}
 	return "backend down: " + err.Error()
+}
+
+// down reports whether the breaker is open: the backend is down for the
+// worker.
+func (b *breaker) down() bool {
+	open, _ := b.isOpen()
+	return open
 }
 
 // isOpen reports the state and why.

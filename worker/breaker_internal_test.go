@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // A run of server faults opens the breaker at the threshold when the
@@ -34,7 +35,7 @@ func TestBreakerWantsEvidence(t *testing.T) {
 		}
 		b := newBreaker(5, func(context.Context) error { return nil }, health, nil, nil)
 		for i := 1; i <= c.opens; i++ {
-			open := b.record(fault)
+			open := b.record(policy.Classify(fault))
 			if open != (i == c.opens) {
 				t.Errorf("%s: fault %d: open %v, want open from fault %d", c.name, i, open, c.opens)
 				break
@@ -48,7 +49,7 @@ func TestBreakerWantsEvidence(t *testing.T) {
 	b := newBreaker(5, func(context.Context) error { return nil }, up, nil, nil)
 	for range 3 * healthyFactor {
 		for range 4 {
-			b.record(fault)
+			b.record(policy.Classify(fault))
 		}
 		b.record(nil)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // Defaults for Config.
@@ -47,6 +48,8 @@ const (
 	// of a chat notice; 10 leaves room below and above for other kinds.
 	DefaultServingTTFTSLO = time.Second
 	DefaultBatchPriority  = 10
+	// DefaultMaxWindow bounds --window auto (see policy.DefaultMaxWindow).
+	DefaultMaxWindow = policy.DefaultMaxWindow
 	// DefaultHandBackAfter is the least time a request must have waited
 	// without a first token before it is handed back at the end of a run
 	// (see Config.HandBackAfter).
@@ -85,7 +88,7 @@ type Config struct {
 	// with, and keeps when the backend serves no metrics.
 	Window int
 	// AutoWindow sizes the window from the backend's own load, read from
-	// its Prometheus metrics every WindowPoll (see windowRule): it grows
+	// its Prometheus metrics every WindowPoll (see policy.WindowRule): it grows
 	// while the server has free slots and shrinks when requests wait in
 	// it or its KV cache preempts, between 1 and MaxWindow, exact at
 	// every moment. False keeps Window fixed.
@@ -97,7 +100,7 @@ type Config struct {
 	// shorter by its speed.
 	WindowPoll time.Duration
 	// YieldToServing shares the backend with interactive requests (see
-	// yield.go): every request carries vLLM's priority BatchPriority, and
+	// policy.YieldPolicy): every request carries vLLM's priority BatchPriority, and
 	// the window is capped while requests that are not the worker's wait
 	// in the server or its TTFT p95 over the last minute is above
 	// ServingTTFTSLO. The backend must run --scheduling-policy priority.
@@ -113,7 +116,7 @@ type Config struct {
 	// without a first token before it is handed back at the end of a run:
 	// when the stream has nothing left to deliver and another worker of
 	// the run has free slots, such prompts are cancelled here and handed
-	// back at once for it (see tail.go). The wait is also at least three
+	// back at once for it (see policy.HandBackWait). The wait is also at least three
 	// times the backend's shortest time to first token. Zero means
 	// DefaultHandBackAfter; negative never hands back.
 	HandBackAfter time.Duration
@@ -121,7 +124,7 @@ type Config struct {
 	// left to deliver, a worker with free slots sends a second copy of a
 	// request that a much slower worker of the run has run for longer
 	// than this one expects to take for the whole answer; the first
-	// answer stored is kept and the other copy cancelled (see hedge.go).
+	// answer stored is kept and the other copy cancelled (see hedger).
 	HedgeOff bool
 	// HedgeMax bounds the hedges a worker runs at once; zero means as
 	// many as its window has free slots.
@@ -202,6 +205,34 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// policy is what the pull decision depends on of c, whose defaults are
+// filled in.
+func (c Config) policy() policy.Config {
+	return policy.Config{Auto: c.AutoWindow, Window: c.Window, MaxWindow: c.MaxWindow,
+		HandBackAfter: c.HandBackAfter, AckEvery: ackRoomPeriods * c.Heartbeat,
+		Yield: c.YieldToServing, TTFTSLO: c.ServingTTFTSLO,
+		Hedge: !c.HedgeOff, HedgeMax: c.HedgeMax, PeekEvery: hintlessPeekEvery * c.WindowPoll}
+}
+
+// ackRoomPeriods is how many heartbeat periods apart the run's consumer
+// is looked at for room (see policy.Reads): the look costs one
+// JetStream API request.
+const ackRoomPeriods = 5
+
+// hintlessPeekEvery is how many decisions apart a slow worker reads the
+// hints left in a run's queue once a reading found none: a run without
+// hints costs it a few reads a minute, not a few a decision.
+const hintlessPeekEvery = 30
+
+// priority is the priority of every request of a worker of c: its
+// BatchPriority when it yields to serving traffic, none otherwise.
+func (c Config) priority() int {
+	if c.YieldToServing {
+		return c.BatchPriority
+	}
+	return 0
 }
 
 // workerLogger is cfg's logger with the worker's name, and the run's

@@ -41,7 +41,7 @@ type progressAcks struct {
 }
 
 // startProgress sends progress acks for msg until stop is called.
-func (w *Worker) startProgress(l *lane, msg jetstream.Msg) *progressAcks {
+func startProgress(l *lane, msg jetstream.Msg) *progressAcks {
 	every := l.ackWait / 3
 	if every <= 0 {
 		every = 10 * time.Second

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/aerie-dev/aerie/runs"
-	"github.com/aerie-dev/aerie/schema"
 )
 
 // A worker says when its run becomes done (runs.Done), and when prompts
@@ -27,8 +28,8 @@ const silentAfter = 3
 // sayPeersGone logs each worker of l's run that went silent without
 // saying it was stopping: the prompts it held come back to the run's
 // workers once their AckWait has passed without a progress ack.
-func (w *Worker) sayPeersGone(l *lane) {
-	for _, p := range l.peers.newlySilent(time.Now(), silentAfter*w.cfg.Heartbeat) {
+func sayPeersGone(l *lane, heartbeat time.Duration) {
+	for _, p := range l.peers.newlySilent(time.Now(), silentAfter*heartbeat) {
 		back := p.since.Add(l.ackWait)
 		l.log.Warn("a worker of the run went silent: the prompts it held come back after the AckWait",
 			"peer", p.name, "last_heard", time.Since(p.since).Round(time.Second), "held", p.inFlight,
@@ -46,24 +47,25 @@ const (
 )
 
 // watchDone follows whether l's run is done until ctx ends, logging each
-// change; once it is done it calls onDone (nil: nothing).
-func (w *Worker) watchDone(ctx context.Context, l *lane, onDone func()) {
+// change, and what its other workers' heartbeats (every heartbeat) say
+// of them; once it is done it calls onDone (nil: nothing).
+func watchDone(ctx context.Context, js jetstream.JetStream, l *lane, heartbeat time.Duration, onDone func()) {
 	t := time.NewTicker(donePoll)
 	defer t.Stop()
 	state, warned := runUnknown, false
 	var backSaid int64
 	lastBack := time.Time{}
 	for {
-		w.sayPeersGone(l)
+		sayPeersGone(l, heartbeat)
 		if n := l.cameBack.Load(); n > backSaid && time.Since(lastBack) >= cameBackLogEvery {
 			args := []any{"prompts", n - backSaid, "total", n}
-			if quiet := l.peers.quiet(time.Now(), w.cfg.Heartbeat*3/2); len(quiet) > 0 {
+			if quiet := l.peers.quiet(time.Now(), heartbeat*3/2); len(quiet) > 0 {
 				args = append(args, "silent_workers", strings.Join(quiet, ","))
 			}
 			l.log.Info("prompts delivered before came back to this worker (after a worker died, a hand-back or a retry)", args...)
 			backSaid, lastBack = n, time.Now()
 		}
-		ev, err := w.runDone(ctx, l)
+		ev, err := runs.Done(ctx, js, l.run)
 		if err == nil && warned {
 			warned = false
 			l.log.Info("the run's state can be read again")
@@ -98,10 +100,4 @@ func (w *Worker) watchDone(ctx context.Context, l *lane, onDone func()) {
 		case <-t.C:
 		}
 	}
-}
-
-// runDone returns the aggregator's last event when l's run is done, and
-// nil while it is not.
-func (w *Worker) runDone(ctx context.Context, l *lane) (*schema.Throughput, error) {
-	return runs.Done(ctx, w.js, l.run)
 }

@@ -3,97 +3,128 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"math"
 	"net/url"
 	"os"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/flights"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
+	"github.com/aerie-dev/aerie/worker/internal/window"
 )
 
-// heartbeats publishes a Heartbeat every Config.Heartbeat until ctx ends.
-// The aggregator measures token throughput from them, which is right from
+// reporter publishes the worker's heartbeats, one per run it serves, and
+// is what Stats and the metrics read the worker's state through: every
+// part of it that says what the worker does now reads the same things
+// the same way (the window's size, the requests at the backend, the
+// pauses). Its fields are set by New; each lane's beat is the heartbeats
+// goroutine's.
+type reporter struct {
+	name string
+	log  *slog.Logger
+	link *link
+	// oneRun is set for a worker of one run (Config.Run), which beats
+	// every period whatever its run does.
+	oneRun bool
+	// host and backend are what heartbeats say of where this worker
+	// runs and where its requests go (see schema.Heartbeat).
+	host, backend string
+	period        time.Duration
+
+	runs     *runSet
+	slots    *window.Window
+	flights  *flights.Registry
+	pauses   *pauses
+	requests *requester
+	hedges   *hedger
+	sched    *scheduler
+	control  *controller
+}
+
+// heartbeats publishes a Heartbeat every period until ctx ends. The
+// aggregator measures token throughput from them, which is right from
 // the first seconds of a run, long before completions are.
-func (w *Worker) heartbeats(ctx context.Context) {
-	t := time.NewTicker(w.cfg.Heartbeat)
+func (r *reporter) heartbeats(ctx context.Context) {
+	t := time.NewTicker(r.period)
 	defer t.Stop()
-	w.publishHeartbeats()
+	r.publish()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.publishHeartbeats()
-		case <-w.beatNow:
-			w.publishHeartbeats()
+			r.publish()
+		case <-r.control.beatNow:
+			r.publish()
 		}
 	}
 }
 
 // heartbeat is the worker's heartbeat for l's run: the counters and
 // requests of the run, the window and free slots of the worker.
-func (w *Worker) heartbeat(l *lane) schema.Heartbeat {
-	size := w.win.capacity()
-	free := max(size-int(w.generating.Load()), 0)
+func (r *reporter) heartbeat(l *lane) schema.Heartbeat {
+	size := r.slots.Capacity()
+	free := policy.FreeSlots(size, int(r.requests.generating.Load()))
 	hb := schema.Heartbeat{
-		Run: l.run, Worker: w.cfg.Name, Time: time.Now().UTC(),
-		Host: w.host, Backend: w.backendURL,
+		Run: l.run, Worker: r.name, Time: time.Now().UTC(),
+		Host: r.host, Backend: r.backend,
 		Window: size, InFlight: int(l.n.held.Load()), FreeSlots: &free,
 		TokensStreamed: l.n.tokens.Load(), Completed: l.n.completed.Load(),
 		DeadLettered: l.n.deadLettered.Load(), Retried: l.n.retried.Load(),
 		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(),
 		ConsumerFull: l.consumerFull.Load(),
-		Hedgeable:    w.hedgeable(l, time.Now()),
+		Hedgeable:    r.hedges.hedgeable(l, time.Now()),
 		Hedges:       l.n.hedges.Load(), HedgesWon: l.n.hedgesWon.Load(), HedgedTokens: l.n.hedgedTokens.Load(),
-		Speed: math.Float64frombits(w.speed.Load()),
+		Speed: math.Float64frombits(r.control.speed.Load()),
 	}
-	if ratios, seen := l.hintErr.sorted(); hintError(ratios, seen) > 0 {
-		hb.HintError, hb.HintedAnswers = hintError(ratios, seen), seen
+	if ratios, seen := l.hintErr.sorted(); policy.HintError(ratios, seen) > 0 {
+		hb.HintError, hb.HintedAnswers = policy.HintError(ratios, seen), seen
 	}
-	for _, o := range w.serving() {
+	for _, o := range r.runs.serving() {
 		if o != l {
 			hb.OtherRuns += int(o.n.held.Load())
 		}
 	}
-	w.inFlight.Range(func(_, v any) bool {
-		if f := v.(*flight); f.lane == l {
-			hb.InFlightTokens = append(hb.InFlightTokens, int(f.tokens.Load()))
-		}
-		return true
-	})
-	if sc := l.schedule(); sc.Paused {
-		hb.Paused, hb.PausedReason = true, schema.PausedRun
+	for _, f := range r.flights.Lane(l.index) {
+		hb.InFlightTokens = append(hb.InFlightTokens, int(f.Tokens))
 	}
-	if open, reason := w.breaker.isOpen(); open {
-		hb.Paused, hb.PausedReason = true, reason
-	}
-	if full, _ := w.room.isFull(); full {
-		hb.Paused, hb.PausedReason = true, storeFullReason
-	}
-	if r := w.paused.Load(); r != nil {
-		hb.Paused, hb.PausedReason = true, *r
+	if p := r.pauses.of(l).Pause(); p.Paused {
+		hb.Paused, hb.PausedReason = true, p.Reason
 	}
 	return hb
 }
 
-// publishHeartbeats publishes the worker's heartbeat for each run it
-// serves: every period for a run it works on, and every quietEvery
-// periods for one that has had nothing to deliver for a while, so that a
-// worker of many finished runs does not fill the events stream.
-func (w *Worker) publishHeartbeats() {
+// publish publishes the worker's heartbeat for each run it serves:
+// every period for a run it works on, and every quietEvery periods for
+// one that has had nothing to deliver for a while, so that a worker of
+// many finished runs does not fill the events stream.
+func (r *reporter) publish() {
 	now := time.Now()
-	for _, l := range w.serving() {
-		if l.gone.Load() || !w.beatDue(l, now) {
+	for _, l := range r.runs.serving() {
+		if l.gone.Load() || !r.due(l, now) {
 			continue
 		}
-		b, err := json.Marshal(w.heartbeat(l))
-		if err != nil {
-			l.log.Error("encode heartbeat", "err", err)
-			continue
-		}
-		if err := w.nc.Publish(schema.HeartbeatSubject(l.run, w.cfg.Name), b); err != nil {
-			l.log.Warn("publish heartbeat", "err", err)
-		}
+		r.send(l.run, r.heartbeat(l), l.log)
+	}
+}
+
+// skipped publishes a heartbeat for a run this worker skips: paused,
+// with the reason.
+func (r *reporter) skipped(run, reason string) {
+	r.send(run, schema.Heartbeat{Run: run, Worker: r.name, Time: time.Now().UTC(), Host: r.host, Backend: r.backend,
+		Paused: true, PausedReason: "skipped: " + reason}, r.log.With("run", run))
+}
+
+func (r *reporter) send(run string, hb schema.Heartbeat, log *slog.Logger) {
+	b, err := json.Marshal(hb)
+	if err != nil {
+		log.Error("encode heartbeat", "err", err)
+		return
+	}
+	if err := r.link.nc.Publish(schema.HeartbeatSubject(run, r.name), b); err != nil {
+		log.Warn("publish heartbeat", "err", err)
 	}
 }
 
@@ -101,11 +132,11 @@ func (w *Worker) publishHeartbeats() {
 // nothing to deliver for a minute gets its heartbeats.
 const quietEvery = 30
 
-// beatDue reports whether l's heartbeat is due now. Only the heartbeats
+// due reports whether l's heartbeat is due now. Only the heartbeats
 // goroutine calls it.
-func (w *Worker) beatDue(l *lane, now time.Time) bool {
+func (r *reporter) due(l *lane, now time.Time) bool {
 	tokens := l.n.tokens.Load()
-	quiet := w.cfg.Run == "" && l.n.held.Load() == 0 && tokens == l.beat.tokens && w.sched.idleFor(l, now) >= emptyLongAfter
+	quiet := !r.oneRun && l.n.held.Load() == 0 && tokens == l.beat.tokens && r.sched.idleFor(l, now) >= emptyLongAfter
 	l.beat.tokens = tokens
 	if !quiet {
 		l.beat.quiet = 0

@@ -14,64 +14,72 @@ import (
 
 // lane is what a worker keeps of one run it serves: the run's manifest
 // and consumer, what the run's other workers say in their heartbeats,
-// and whether this worker holds back from the run's prompts. Everything
-// a prompt needs of its run is reached through its delivery's lane, so
-// that one worker can serve several runs side by side. The zero value is
-// not usable; Worker.openLane makes one.
+// whether this worker holds back from the run's prompts, and its
+// counters. Everything a prompt needs of its run is reached through its
+// delivery's lane, so that one worker serves several runs side by side.
+// The zero value is not usable; runSet.open makes one.
 type lane struct {
-	run      string
-	manifest *schema.Manifest
-	cons     jetstream.Consumer
-	// ackWait and maxDeliver are the consumer's: progress acks go every
-	// ackWait/3, and the last delivery of a prompt is never handed back.
+	// Set when the lane opens, never changed after: index is the lane's
+	// place among the worker's (its flights' Lane); ackWait and
+	// maxDeliver are the consumer's: progress acks go every ackWait/3,
+	// and the last delivery of a prompt is never handed back; log
+	// carries the run's name.
+	index      int
+	run        string
+	manifest   *schema.Manifest
+	cons       jetstream.Consumer
 	ackWait    time.Duration
 	maxDeliver int
-	// log carries the run's name.
-	log *slog.Logger
-	// peers are the run's other workers, heard from their heartbeats.
+	log        *slog.Logger
+
+	// peers are the run's other workers, written by the subscription to
+	// their heartbeats and read by the controller.
 	peers peers
-	// tailHold is set while this worker holds back from the run's prompts
-	// for the tail, and tailHolds counts the times it began to
-	// (tailhold.go); consumerFull is set while the run's consumer has
-	// been found full with prompts waiting and this worker's slots free
-	// (ackroom.go).
-	tailHold     atomic.Bool
-	tailHolds    atomic.Int64
-	consumerFull atomic.Bool
-	// hintLimit is the longest length hint this worker starts (float64
-	// bits, +Inf for none), and hintHold is set while the prompt next in
-	// the run's queue is above it: see hintlimit.go.
-	hintLimit atomic.Uint64
-	hintHold  atomic.Bool
-	// hintBounced is set when a prompt was handed back for its hint since
-	// the last decision. peekAfter is when the pull decision next reads
-	// the hints left in the run's queue, set when a reading found none;
-	// only the decision's goroutine uses it.
-	hintBounced atomic.Bool
-	peekAfter   time.Time
-	// pending is the run's prompts left to deliver as last read from its
-	// consumer, -1 before; hedges are the hedges this worker runs for
-	// the run, by prompt sequence, and hedgedBy the requests of its own
-	// that another worker hedges, by sequence (hedge.go); lengths keeps
-	// the run's answer lengths, from which a request's is expected, and
-	// hintErr its answers' lengths over their length hints, from which
-	// the hints' error is known (hintlimit.go).
-	// cameBack counts deliveries of prompts delivered before (attempt
-	// above 1): a dead worker's, a hand-back's, a retry's.
-	cameBack atomic.Int64
-	pending  atomic.Int64
-	hedges   sync.Map // uint64 -> *hedge
-	hedgedBy sync.Map // uint64 -> worker name
-	lengths  sample[int]
-	hintErr  sample[float64]
-	// n counts what the worker did for the run.
-	n laneCounts
-	// sched is the run's schedule as last read from its manifest (nil:
-	// the zero schedule); gone is set once the run's manifest is deleted:
-	// nothing more is pulled, and what is held finishes.
+
+	// Written by the controller alone (apply), read by the pull loop, the
+	// heartbeats, the metrics and Stats: tailHold while the worker holds
+	// back from the run's prompts for the tail (tailHolds counts the times
+	// it began to), hintHold while the prompt next in the queue has a hint
+	// above hintLimit (float64 bits, +Inf for none; the executors read it
+	// for the prompts that come, and set hintHold until the next decision
+	// when they hand one back: see bounce), consumerFull while the consumer has been
+	// found full with prompts waiting and this worker's slots free, and
+	// pending the prompts left to deliver as last read (-1 before), which
+	// the heartbeats' hedgeable list waits on.
+	tailHold, hintHold, consumerFull atomic.Bool
+	tailHolds                        atomic.Int64
+	hintLimit                        atomic.Uint64
+	pending                          atomic.Int64
+
+	// Written by the runs watcher alone: sched is the run's schedule as
+	// last read from its manifest (nil: the zero schedule); gone is set
+	// once the manifest is deleted: nothing more is pulled, and what is
+	// held finishes.
 	sched atomic.Pointer[schema.Schedule]
 	gone  atomic.Bool
-	// beat is what the heartbeats goroutine remembers of the run.
+
+	// Written by the executors: bounced when one hands a prompt back for
+	// its hint (the controller takes it at its next decision), cameBack
+	// counts deliveries of prompts delivered before (a dead worker's, a
+	// hand-back's, a retry's), which the done watcher reports; answers
+	// are the run's answer lengths, and hintErr their ratios to their
+	// length hints, from which the hints' error is known.
+	bounced  atomic.Bool
+	cameBack atomic.Int64
+	answers  answerLengths
+	hintErr  sample[float64]
+
+	// hedges are the hedges this worker runs for the run, by prompt
+	// sequence (the hedger's), and hedgedBy the requests of its own that
+	// another worker hedges, by sequence (the notice handler's, cleared
+	// by the executor that settles the prompt).
+	hedges   sync.Map // uint64 -> *hedge
+	hedgedBy sync.Map // uint64 -> worker name
+
+	// n counts what the worker did for the run.
+	n laneCounts
+
+	// beat is what the heartbeats goroutine, alone, remembers of the run.
 	beat struct {
 		tokens int64
 		quiet  int
@@ -86,6 +94,26 @@ func (l *lane) schedule() schema.Schedule {
 	return schema.Schedule{}
 }
 
+// limit is the longest length hint the worker starts for the run (+Inf
+// for no limit).
+func (l *lane) limit() float64 { return math.Float64frombits(l.hintLimit.Load()) }
+
+// lastDelivery reports whether a delivery numbered attempt is the
+// prompt's last: it will not be delivered again.
+func (l *lane) lastDelivery(attempt int) bool {
+	return l.maxDeliver > 0 && attempt >= l.maxDeliver
+}
+
+// addHinted counts, for the hints' error, an answer of tokens to a
+// prompt whose length hint was hint; a prompt without one (0) is not
+// counted. An answer cut at max_tokens counts its length so far: a
+// hint's error is known at least that large.
+func (l *lane) addHinted(hint, tokens int) {
+	if hint > 0 {
+		l.hintErr.add(float64(tokens) / float64(hint))
+	}
+}
+
 // laneCounts are a worker's counters for one run: its heartbeats for the
 // run carry them, and Stats sums them over the runs.
 type laneCounts struct {
@@ -97,7 +125,7 @@ type laneCounts struct {
 	retried       atomic.Int64
 	// handedBack counts prompts handed back during outages, and
 	// tailHandedBack those handed back at the end of the run for an idle
-	// worker (tail.go).
+	// worker, or for a faster one.
 	handedBack, tailHandedBack atomic.Int64
 	// alreadySettled counts redelivered prompts settled with the outcome
 	// an earlier delivery stored, without generating them again.
@@ -105,53 +133,11 @@ type laneCounts struct {
 	// hedges counts the hedges sent, hedgesWon those stored first, and
 	// hedgedTokens the tokens generated twice that this worker threw
 	// away; hedgedAway counts the prompts settled because a hedge
-	// elsewhere stored their answer first (hedge.go).
+	// elsewhere stored their answer first.
 	hedges, hedgesWon, hedgedTokens, hedgedAway atomic.Int64
 	// interimTurns counts the stored turns of the conversations held.
 	interimTurns atomic.Int64
 	// held counts the run's prompts delivered and not yet settled, and
 	// active those of them whose generation is not over.
 	held, active atomic.Int64
-	// meanTokens is a moving mean of the run's answers' completion
-	// tokens (float64 bits; 0 before the first), which the scheduler
-	// charges a run for each prompt it starts (schedule.go).
-	meanTokens atomic.Uint64
-}
-
-// addAnswer counts an answer of n completion tokens into the moving mean.
-func (c *laneCounts) addAnswer(n int) {
-	for {
-		old := c.meanTokens.Load()
-		m := math.Float64frombits(old)
-		next := float64(n)
-		if m > 0 {
-			next = m + meanTokensWeight*(float64(n)-m)
-		}
-		if c.meanTokens.CompareAndSwap(old, math.Float64bits(next)) {
-			return
-		}
-	}
-}
-
-// mean is the moving mean of the run's answers, 0 before the first.
-func (c *laneCounts) mean() float64 { return math.Float64frombits(c.meanTokens.Load()) }
-
-// meanTokensWeight is each answer's weight in the moving mean: about the
-// last hundred count.
-const meanTokensWeight = 1.0 / 100
-
-// serving is the lanes of the runs the worker serves now, in its order;
-// none before Run has started them. The slice is never changed: a lane
-// added or removed replaces it.
-func (w *Worker) serving() []*lane {
-	if p := w.lanes.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// lastDelivery reports whether a delivery numbered attempt is the
-// prompt's last: it will not be delivered again.
-func (l *lane) lastDelivery(attempt int) bool {
-	return l.maxDeliver > 0 && attempt >= l.maxDeliver
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/openai"
-	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // Outcome label values of aerie_worker_outcomes_total, one per way a
@@ -89,10 +89,16 @@ type metrics struct {
 	hedgedTokens *prometheus.CounterVec
 }
 
-// registerMetrics registers w's metrics with reg: those counted as they
-// happen, and a collector that reads the worker's state at scrape time.
-func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
-	labels := prometheus.Labels{"worker": w.cfg.Name}
+// newMetrics returns the metrics of the worker named name, counting
+// from now; nil when reg is nil (none are kept). The state collector,
+// which reads the worker's state through r at scrape time, and the
+// counters are registered with reg; run, when the worker serves one,
+// has its series made at once.
+func newMetrics(reg prometheus.Registerer, name, run string, r *reporter) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	labels := prometheus.Labels{"worker": name}
 	m := &metrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "aerie_worker_outcomes_total",
@@ -127,16 +133,15 @@ func (w *Worker) registerMetrics(reg prometheus.Registerer) error {
 			ConstLabels: labels,
 		}, []string{"run"}),
 	}
-	if w.cfg.Run != "" {
-		m.addRun(w.cfg.Run)
+	if run != "" {
+		m.addRun(run)
 	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, m.hedges, m.hedgedTokens, newStateCollector(w, labels)} {
+	for _, c := range []prometheus.Collector{m.outcomes, m.errors, m.ttft, m.latency, m.hedges, m.hedgedTokens, newStateCollector(r, run, labels)} {
 		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("worker %s: register metrics: %w", w.cfg.Name, err)
+			return nil, fmt.Errorf("worker %s: register metrics: %w", name, err)
 		}
 	}
-	w.metrics = m
-	return nil
+	return m, nil
 }
 
 // addRun makes every label value of run's series from the start, so that
@@ -174,34 +179,34 @@ func (m *metrics) hedged(run, result string, tokens int64) {
 	}
 }
 
-// request records one request to the backend: its timings when answered,
-// its class when it failed. A request ended by the worker's own context
-// says nothing about the backend and is not counted.
-func (m *metrics) request(run string, c *openai.Completion, err error) {
+// request records one request to the backend: its timings when answered
+// (f nil), its class when it failed. A request ended by the worker's own
+// context says nothing about the backend and is not counted.
+func (m *metrics) request(run string, c *openai.Completion, f *policy.Failure) {
 	if m == nil {
 		return
 	}
-	if err == nil {
+	if f == nil {
 		if c != nil {
 			m.ttft.WithLabelValues(run).Observe(c.TTFT.Seconds())
 			m.latency.WithLabelValues(run).Observe(c.Latency.Seconds())
 		}
 		return
 	}
-	if class := errorClass(err); class != "" {
+	if class := errorClass(f); class != "" {
 		m.errors.WithLabelValues(run, class).Inc()
 	}
 }
 
-// errorClass is the error's class label ("" for none).
-func errorClass(err error) string {
-	switch faultOf(err) {
-	case serverFault:
+// errorClass is the failure's class label ("" for none).
+func errorClass(f *policy.Failure) string {
+	switch f.Fault {
+	case policy.ServerFault:
 		return ErrorServer
-	case misconfigured:
+	case policy.Misconfigured:
 		return ErrorMisconfigured
-	case answered:
-		if openai.Classify(err) == openai.Permanent {
+	case policy.Answered:
+		if f.Class == openai.Permanent {
 			return ErrorBadRequest
 		}
 		return ErrorOverloaded
@@ -217,38 +222,26 @@ func (m *metrics) settled(run, o string) {
 	m.outcomes.WithLabelValues(run, o).Inc()
 }
 
-// completedOutcome is the outcome of a stored answer: truncated when its
-// last turn stopped at max_tokens.
-func completedOutcome(j *job) string {
-	if j != nil && len(j.turns) > 0 && j.turns[len(j.turns)-1].Answer.FinishReason == "length" {
-		return OutcomeTruncated
-	}
-	return OutcomeCompleted
-}
-
-// deadLetterOutcome is the outcome of a dead letter with reason.
-func deadLetterOutcome(reason string) string {
-	if reason == schema.ReasonTruncated {
-		return OutcomeTruncated
-	}
-	return OutcomePermanent
-}
-
-// stateCollector reads a worker's state at scrape time: what it holds,
-// what it has streamed, and its breaker, for each run it serves.
+// stateCollector reads a worker's state at scrape time, through its
+// reporter: what it holds, what it has streamed, and its breaker, for
+// each run it serves.
 type stateCollector struct {
-	w                                    *Worker
+	r *reporter
+	// run is the worker's one run (Config.Run), whose series are there
+	// before its manifest is: "" for a worker of several.
+	run                                  string
 	inFlight, generating, window, tokens *prometheus.Desc
 	breakerOpen, pausedSeconds           *prometheus.Desc
 	tailHold, consumerFull, storeFull    *prometheus.Desc
 }
 
-func newStateCollector(w *Worker, labels prometheus.Labels) *stateCollector {
+func newStateCollector(r *reporter, run string, labels prometheus.Labels) *stateCollector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"run"}, labels)
 	}
 	return &stateCollector{
-		w:             w,
+		r:             r,
+		run:           run,
 		inFlight:      desc("aerie_worker_prompts_in_flight", "The run's prompts delivered to the worker and not yet settled."),
 		generating:    desc("aerie_worker_requests_generating", "Requests at the backend now, for every run the worker serves (never more than the window)."),
 		window:        desc("aerie_worker_window_size", "The most requests the worker may have at its backend at once now, for every run it serves: --window, or what --window auto has set it to."),
@@ -268,14 +261,13 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	w := c.w
-	open, _ := w.breaker.isOpen()
-	full, _ := w.room.isFull()
-	generating, window, paused := float64(w.generating.Load()), float64(w.win.capacity()), w.breaker.pausedFor().Seconds()
-	lanes := w.serving()
-	if len(lanes) == 0 && w.cfg.Run != "" {
+	r := c.r
+	h := r.pauses.worker()
+	generating, window, paused := float64(r.requests.generating.Load()), float64(r.slots.Capacity()), r.pauses.breaker.pausedFor().Seconds()
+	lanes := r.runs.serving()
+	if len(lanes) == 0 && c.run != "" {
 		// Waiting for the run's manifest: its series are there, at zero.
-		lanes = []*lane{{run: w.cfg.Run}}
+		lanes = []*lane{{run: c.run}}
 	}
 	for _, l := range lanes {
 		gauge := func(d *prometheus.Desc, v float64) {
@@ -288,11 +280,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.generating, generating)
 		gauge(c.window, window)
 		counter(c.tokens, float64(l.n.tokens.Load()))
-		gauge(c.breakerOpen, boolValue(open))
+		gauge(c.breakerOpen, boolValue(h.Breaker != ""))
 		counter(c.pausedSeconds, paused)
 		gauge(c.tailHold, boolValue(l.tailHold.Load()))
 		gauge(c.consumerFull, boolValue(l.consumerFull.Load()))
-		gauge(c.storeFull, boolValue(full))
+		gauge(c.storeFull, boolValue(h.StoreFull))
 	}
 }
 

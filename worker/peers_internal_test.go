@@ -32,7 +32,7 @@ func TestPeersFreeSlotsAreThoseOfPeersThatPull(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.heard("me")(&nats.Msg{Data: data})
-			if got := p.free(time.Now(), time.Minute); got != c.want {
+			if got := p.view(time.Now(), time.Minute, func(uint64) bool { return false }).Free; got != c.want {
 				t.Errorf("free slots %d, want %d", got, c.want)
 			}
 		})

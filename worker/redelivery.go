@@ -2,13 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // settledBefore looks, before a redelivered prompt is generated again,
@@ -21,16 +17,16 @@ import (
 // settled. A dead letter of an earlier copy of the prompt (a replay that
 // has not yet removed it) does not settle this one.
 //
-// A failed look-up is a *storeError: the prompt goes back to be looked
-// at again later, since generating it might burn a whole answer's GPU
-// time only for the answer to be discarded, and a worker that cannot
+// A failed look-up is a *policy.StoreError: the prompt goes back to be
+// looked at again later, since generating it might burn a whole answer's
+// GPU time only for the answer to be discarded, and a worker that cannot
 // read the results stream is unlikely to be able to write to it. On the
 // prompt's last delivery it is generated all the same: that is its only
 // way to an answer.
 //
 // With --turns all, a conversation that has no stored outcome continues
 // after its last stored turn (see converse).
-func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, error) {
+func (s *settler) settledBefore(ctx context.Context, d *delivery, j *job) (bool, error) {
 	p := j.p
 	log := j.lane.log.With("id", p.ID, "delivery", d.attempt)
 	if p.Sample > 0 {
@@ -41,9 +37,9 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, 
 			log.Warn("cannot look for an earlier "+what+" of a redelivered prompt on its last delivery; generating it", "err", err)
 			return false, nil
 		}
-		return false, &storeError{fmt.Errorf("look for an earlier %s of %s: %w", what, p.ID, err)}
+		return false, &policy.StoreError{Err: fmt.Errorf("look for an earlier %s of %s: %w", what, p.ID, err)}
 	}
-	res, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, p.Unit()))
+	res, err := s.store.result(ctx, j.lane.run, p.Unit())
 	if err != nil {
 		return lookupFailed("result", err)
 	}
@@ -52,7 +48,7 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, 
 			// Its worker may have died before removing them. Removed
 			// before the ack: a worker that dies in between leaves the
 			// prompt to be redelivered and removes them then.
-			w.purgeTurns(ctx, j.lane, p.Unit())
+			s.store.purgeTurns(ctx, j.lane, p.Unit())
 		}
 		if err := d.ack(ctx); err != nil {
 			log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
@@ -61,17 +57,14 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, 
 		log.Info("redelivered prompt already has a stored result: acknowledged without generating it")
 		return true, nil
 	}
-	dead, err := lastStored(ctx, w.dead, schema.DeadSubject(j.lane.run, p.Unit()))
+	reason, found, err := s.store.deadLetterOf(ctx, j.lane.run, p.Unit(), d.seq)
 	if err != nil {
 		return lookupFailed("dead letter", err)
 	}
-	if dead == nil {
+	if !found {
 		return false, nil
 	}
-	if seq, ok := schema.DeadLetterPromptSeq(dead.Header); !ok || seq != d.seq {
-		return false, nil
-	}
-	d.term(dead.Header.Get(schema.HeaderReason), log)
+	d.term(reason, log)
 	j.lane.n.alreadySettled.Add(1)
 	log.Info("redelivered prompt was dead-lettered on an earlier delivery: terminated without generating it")
 	return true, nil
@@ -82,27 +75,15 @@ func (w *Worker) settledBefore(ctx context.Context, d *delivery, j *job) (bool, 
 // redelivery; see answered): the turns are removed again, as this
 // delivery may have stored one after the other removed them, and the
 // prompt is acknowledged, as a redelivery that finds the result is.
-func (w *Worker) settleAnswered(ctx context.Context, d *delivery, j *job) {
+func (s *settler) settleAnswered(ctx context.Context, d *delivery, j *job) {
 	log := j.lane.log.With("id", j.p.ID, "delivery", d.attempt, "turn", len(j.turns))
 	if j.p.Sample > 0 {
 		log = log.With("sample", j.p.Sample)
 	}
-	w.purgeTurns(ctx, j.lane, j.p.Unit())
+	s.store.purgeTurns(ctx, j.lane, j.p.Unit())
 	if err := d.ack(ctx); err != nil {
 		log.Warn("ack of an already answered prompt failed; it comes back and is acknowledged then", "err", err)
 	}
 	j.lane.n.alreadySettled.Add(1)
 	log.Info("conversation answered by another delivery meanwhile: acknowledged without generating its other turns")
-}
-
-// lastStored returns the message stored on subject in s, or nil when
-// there is none. The look-up is bounded even while the worker stops.
-func lastStored(ctx context.Context, s jetstream.Stream, subject string) (*jetstream.RawStreamMsg, error) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	m, err := s.GetLastMsgForSubject(gctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	return m, err
 }

@@ -2,8 +2,8 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -13,13 +13,34 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// watchRuns follows the runs bucket until ctx ends. A manifest put for a
+// runWatch follows the runs bucket: it opens the lanes of a worker of
+// several runs as their manifests appear, skips those it cannot serve,
+// and hands every served run's schedule changes and deletion to its
+// lane. Its fields are set by New; skipped and models are its own.
+type runWatch struct {
+	cfg     Config
+	link    *link
+	log     *slog.Logger
+	backend Backend
+	runs    *runSet
+	report  *reporter
+	metrics *metrics
+	// follow starts, under ctx, what a lane opened here needs besides
+	// pulls: its peers, its hedge notices, the look for its end.
+	follow func(ctx context.Context, l *lane)
+	// skipped holds a skippedRun by run name for the runs not served, and
+	// models the backend's model list.
+	skipped sync.Map
+	models  modelCache
+}
+
+// watch follows the runs bucket until ctx ends. A manifest put for a
 // run served changes its schedule (priority, weight, pause); one for a
 // run not yet served opens its lane when the worker serves several runs
 // (Config.Runs names it, or Config.AllRuns) and its backend serves the
 // run's model, and is skipped otherwise, with a heartbeat that says why.
 // A deleted manifest stops pulls from its run; what is held finishes.
-func (w *Worker) watchRuns(ctx context.Context, kv jetstream.KeyValue) {
+func (w *runWatch) watch(ctx context.Context, kv jetstream.KeyValue) {
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		var watcher jetstream.KeyWatcher
 		var err error
@@ -45,7 +66,7 @@ func (w *Worker) watchRuns(ctx context.Context, kv jetstream.KeyValue) {
 }
 
 // followRuns handles a watcher's updates until ctx ends or it stops.
-func (w *Worker) followRuns(ctx context.Context, watcher jetstream.KeyWatcher) {
+func (w *runWatch) followRuns(ctx context.Context, watcher jetstream.KeyWatcher) {
 	skipTick := time.NewTicker(skipRecheck)
 	defer skipTick.Stop()
 	for {
@@ -76,8 +97,8 @@ func (w *Worker) followRuns(ctx context.Context, watcher jetstream.KeyWatcher) {
 }
 
 // runPut handles a manifest put for m's run.
-func (w *Worker) runPut(ctx context.Context, m *schema.Manifest) {
-	if l := w.laneOf(m.Run); l != nil {
+func (w *runWatch) runPut(ctx context.Context, m *schema.Manifest) {
+	if l := w.runs.of(m.Run); l != nil {
 		was := l.schedule()
 		if was == m.Schedule {
 			return
@@ -86,7 +107,7 @@ func (w *Worker) runPut(ctx context.Context, m *schema.Manifest) {
 		l.sched.Store(&sc)
 		l.log.Info("run schedule changed", "priority", sc.Priority, "weight", sc.Share(), "paused", sc.Paused,
 			"was_priority", was.Priority, "was_weight", was.Share(), "was_paused", was.Paused)
-		w.lanesChanged.notify()
+		w.runs.changed.notify()
 		return
 	}
 	if w.cfg.Run != "" {
@@ -101,36 +122,27 @@ func (w *Worker) runPut(ctx context.Context, m *schema.Manifest) {
 		w.skip(m, fmt.Sprintf("the backend does not serve the run's model %q", m.Model))
 		return
 	}
-	l := w.newLane(m)
-	if err := w.openLane(ctx, l); err != nil {
+	l := newLane(m, w.log, false)
+	if err := openLane(ctx, w.link.js, w.cfg, l); err != nil {
 		w.skip(m, err.Error())
 		return
 	}
 	w.skipped.Delete(m.Run)
-	w.addLane(l)
-	w.followPeers(ctx, l)
-	go w.watchDone(ctx, l, nil)
+	w.metrics.addRun(l.run)
+	w.runs.add(l)
+	w.follow(ctx, l)
 	sc := l.schedule()
 	l.log.Info("serving run", "model", m.Model, "turns", m.TurnsMode(), "total", m.Total,
 		"priority", sc.Priority, "weight", sc.Share(), "paused", sc.Paused, "ack_wait", l.ackWait, "max_deliver", l.maxDeliver)
 }
 
 // runGone stops pulls from a run whose manifest was deleted.
-func (w *Worker) runGone(run string) {
+func (w *runWatch) runGone(run string) {
 	w.skipped.Delete(run)
-	if l := w.laneOf(run); l != nil && !l.gone.Swap(true) {
+	if l := w.runs.of(run); l != nil && !l.gone.Swap(true) {
 		l.log.Info("run manifest deleted: no more prompts are pulled from the run; those held finish")
-		w.lanesChanged.notify()
+		w.runs.changed.notify()
 	}
-}
-
-// laneOf is the lane of run, nil when the worker does not serve it.
-func (w *Worker) laneOf(run string) *lane {
-	i := slices.IndexFunc(w.serving(), func(l *lane) bool { return l.run == run })
-	if i < 0 {
-		return nil
-	}
-	return w.serving()[i]
 }
 
 // skipRecheck is how often skipped runs are looked at again (the
@@ -147,16 +159,16 @@ type skippedRun struct {
 // skip records that m's run is not served, logging it the first time,
 // and publishes a heartbeat for the run that says why, so that
 // `aerie status` shows it.
-func (w *Worker) skip(m *schema.Manifest, reason string) {
+func (w *runWatch) skip(m *schema.Manifest, reason string) {
 	prev, seen := w.skipped.Swap(m.Run, skippedRun{manifest: m, reason: reason})
 	if !seen || prev.(skippedRun).reason != reason {
 		w.log.Warn("run skipped", "run", m.Run, "reason", reason)
 	}
-	w.publishSkipped(m.Run, reason)
+	w.report.skipped(m.Run, reason)
 }
 
 // recheckSkipped looks at the skipped runs again.
-func (w *Worker) recheckSkipped(ctx context.Context) {
+func (w *runWatch) recheckSkipped(ctx context.Context) {
 	w.models.forget()
 	w.skipped.Range(func(_, v any) bool {
 		w.runPut(ctx, v.(skippedRun).manifest)
@@ -164,23 +176,9 @@ func (w *Worker) recheckSkipped(ctx context.Context) {
 	})
 }
 
-// publishSkipped publishes a heartbeat for a run this worker skips:
-// paused, with the reason.
-func (w *Worker) publishSkipped(run, reason string) {
-	hb := schema.Heartbeat{Run: run, Worker: w.cfg.Name, Time: time.Now().UTC(), Host: w.host, Backend: w.backendURL,
-		Paused: true, PausedReason: "skipped: " + reason}
-	b, err := json.Marshal(hb)
-	if err != nil {
-		return
-	}
-	if err := w.nc.Publish(schema.HeartbeatSubject(run, w.cfg.Name), b); err != nil {
-		w.log.Warn("publish heartbeat", "run", run, "err", err)
-	}
-}
-
 // serves reports whether the backend serves model; true when the backend
 // cannot say.
-func (w *Worker) serves(ctx context.Context, model string) (bool, error) {
+func (w *runWatch) serves(ctx context.Context, model string) (bool, error) {
 	ml, ok := w.backend.(modelLister)
 	if !ok {
 		return true, nil

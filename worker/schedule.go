@@ -1,14 +1,14 @@
 package worker
 
 import (
-	"math"
-	"slices"
 	"sync"
 	"time"
+
+	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
 // A worker that serves several runs shares its free slots between them
-// (see grantSlots): the runs of the highest priority with prompts waiting
+// (see policy.GrantSlots): the runs of the highest priority with prompts waiting
 // take every slot as slots free up; among runs of equal priority the
 // slots go in proportion to their weights, counted in the completion
 // tokens each run has been served (its virtual time: tokens over
@@ -29,73 +29,6 @@ import (
 // run never holds up the others, and looks at an empty run again after a
 // back-off (emptyBackoff), so that idle runs cost little; with one run
 // left to look at, it waits on it as a single-run worker does.
-
-// candidate is what grantSlots knows of a run that may be pulled from.
-type candidate struct {
-	priority int
-	weight   float64
-	// vtime is the run's tokens served over its weight, from when it
-	// last became active.
-	vtime float64
-}
-
-// grant is n slots for candidate i.
-type grant struct {
-	i, n int
-}
-
-// grantSlots shares n free slots between the candidates: the highest
-// priority ones get them all, in proportion to their weights, the runs
-// furthest behind (least virtual time) first and taking the rounding; the
-// lower priority ones follow with none, in the order they are tried when
-// the ones before them have nothing to deliver (their slots then pass
-// on). Every candidate appears once, highest priority first, then least
-// virtual time.
-func grantSlots(n int, cs []candidate) []grant {
-	order := make([]int, len(cs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		if cs[a].priority != cs[b].priority {
-			return cs[b].priority - cs[a].priority
-		}
-		switch {
-		case cs[a].vtime < cs[b].vtime:
-			return -1
-		case cs[a].vtime > cs[b].vtime:
-			return 1
-		}
-		return 0
-	})
-	out := make([]grant, len(order))
-	if len(order) == 0 {
-		return out
-	}
-	top := cs[order[0]].priority
-	var sum float64
-	k := 0
-	for _, i := range order {
-		if cs[i].priority != top {
-			break
-		}
-		sum += cs[i].weight
-		k++
-	}
-	given := 0
-	for j, i := range order {
-		out[j] = grant{i: i}
-		if j < k {
-			out[j].n = int(math.Floor(float64(n) * cs[i].weight / sum))
-			given += out[j].n
-		}
-	}
-	for j := 0; given < n; j = (j + 1) % k {
-		out[j].n++
-		given++
-	}
-	return out
-}
 
 // Back-off of a run found empty: looked at again after emptyBackoffMin,
 // doubling to emptyBackoffMax; after emptyLongAfter empty, up to
@@ -126,24 +59,25 @@ type laneSched struct {
 }
 
 // candidates returns the lanes that may be pulled from at now, with
-// what grantSlots needs to know of them, and, when there are none, the
-// earliest time one that is empty is looked at again (zero if none is).
-// Paused runs, runs held back for the tail and runs found empty and not
-// yet due are left out. streaming gives, for a lane, the tokens its
-// requests in flight have streamed so far (nil: none are counted).
-func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lane) int64) ([]*lane, []candidate, time.Time) {
+// what policy.GrantSlots needs to know of them, and, when there are
+// none, the earliest time one that is empty is looked at again (zero if
+// none is). The runs pulls says no to (paused, gone, held back) and runs
+// found empty and not yet due are left out. streamed gives, for a lane's
+// index, the tokens its requests in flight have streamed so far (nil:
+// none are counted).
+func (s *scheduler) candidates(lanes []*lane, now time.Time, pulls func(*lane) bool, streamed func(int) int64) ([]*lane, []policy.Candidate, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ls []*lane
-	var cs []candidate
+	var cs []policy.Candidate
 	var next time.Time
 	for _, l := range lanes {
 		st := s.state(l)
 		sc := l.schedule()
-		tokens := committed(l, streaming)
+		tokens := committed(l, streamed)
 		st.vtime += float64(tokens-st.seen) / sc.Share()
 		st.seen = tokens
-		if sc.Paused || l.tailHold.Load() || l.hintHold.Load() || l.gone.Load() {
+		if !pulls(l) {
 			continue
 		}
 		if !st.recheck.IsZero() && now.Before(st.recheck) {
@@ -153,7 +87,7 @@ func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lan
 			continue
 		}
 		ls = append(ls, l)
-		cs = append(cs, candidate{priority: sc.Priority, weight: sc.Share(), vtime: st.vtime})
+		cs = append(cs, policy.Candidate{Priority: sc.Priority, Weight: sc.Share(), VTime: st.vtime})
 	}
 	if len(ls) > 0 {
 		next = time.Time{}
@@ -164,12 +98,12 @@ func (s *scheduler) candidates(lanes []*lane, now time.Time, streaming func(*lan
 // committed is l's tokens served and committed: those streamed, and for
 // each prompt whose generation is not over the mean answer less what its
 // requests have streamed, in all at least 0.
-func committed(l *lane, streaming func(*lane) int64) int64 {
+func committed(l *lane, streamed func(int) int64) int64 {
 	tokens := l.n.tokens.Load()
-	if streaming == nil {
+	if streamed == nil {
 		return tokens
 	}
-	due := float64(l.n.active.Load())*l.n.mean() - float64(streaming(l))
+	due := float64(l.n.active.Load())*l.answers.meanTokens() - float64(streamed(l.index))
 	return tokens + int64(max(due, 0))
 }
 

@@ -8,30 +8,10 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-func TestGrantSlots(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		n    int
-		cs   []candidate
-		want []grant
-	}{
-		{"one run takes every slot", 7, []candidate{{weight: 1}}, []grant{{0, 7}}},
-		{"equal weights share equally", 8, []candidate{{weight: 1}, {weight: 1}}, []grant{{0, 4}, {1, 4}}},
-		{"weights 3:1", 8, []candidate{{weight: 3}, {weight: 1}}, []grant{{0, 6}, {1, 2}}},
-		{"the run furthest behind first, with the rounding", 1, []candidate{{weight: 1, vtime: 50}, {weight: 1, vtime: 10}}, []grant{{1, 1}, {0, 0}}},
-		{"rounding goes to those behind", 5, []candidate{{weight: 1, vtime: 3}, {weight: 1, vtime: 2}, {weight: 1, vtime: 1}}, []grant{{2, 2}, {1, 2}, {0, 1}}},
-		{"a higher priority takes every slot", 6, []candidate{{weight: 3}, {priority: 1, weight: 1, vtime: 99}}, []grant{{1, 6}, {0, 0}}},
-		{"lower priorities follow for backfill, highest first", 2, []candidate{{priority: -1, weight: 1}, {weight: 1}, {priority: 5, weight: 1}}, []grant{{2, 2}, {1, 0}, {0, 0}}},
-		{"no candidates, no grants", 4, nil, []grant{}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := grantSlots(c.n, c.cs)
-			if !slices.Equal(got, c.want) {
-				t.Errorf("grantSlots(%d, %+v) = %v, want %v", c.n, c.cs, got, c.want)
-			}
-		})
-	}
-}
+// always lets every run be pulled from.
+func always(*lane) bool { return true }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // A run found empty is looked at again after a back-off that doubles to
 // emptyBackoffMax, and to emptyBackoffIdle once empty for a minute; one
@@ -41,19 +21,19 @@ func TestSchedulerBackoffAndRejoin(t *testing.T) {
 	a, b := &lane{run: "a"}, &lane{run: "b"}
 	lanes := []*lane{a, b}
 	now := t0
-	if ls, _, _ := s.candidates(lanes, now, nil); len(ls) != 2 {
+	if ls, _, _ := s.candidates(lanes, now, always, nil); len(ls) != 2 {
 		t.Fatalf("%d candidates at start, want 2", len(ls))
 	}
 	var waits []time.Duration
 	for range 6 {
 		s.pulled(b, 4, 0, now)
-		ls, _, _ := s.candidates(lanes, now, nil)
+		ls, _, _ := s.candidates(lanes, now, always, nil)
 		if len(ls) != 1 || ls[0] != a {
 			t.Fatalf("candidates while b backs off: %v", ls)
 		}
 		next := s.lanes[b].recheck
 		waits = append(waits, next.Sub(now))
-		if _, _, due := s.candidates([]*lane{b}, now, nil); !due.Equal(next) {
+		if _, _, due := s.candidates([]*lane{b}, now, always, nil); !due.Equal(next) {
 			t.Fatalf("with b alone, the next look is at %v, want %v", due, next)
 		}
 		now = next
@@ -70,11 +50,11 @@ func TestSchedulerBackoffAndRejoin(t *testing.T) {
 	}
 	// a is served 1,000 tokens meanwhile; b rejoins level with it.
 	a.n.tokens.Add(1000)
-	s.candidates(lanes, now, nil)
+	s.candidates(lanes, now, always, nil)
 	s.pulled(a, 4, 4, now)
 	s.pulled(b, 4, 2, now.Add(time.Hour))
-	_, cs, _ := s.candidates(lanes, now.Add(time.Hour), nil)
-	if len(cs) != 2 || cs[0].vtime != 1000 || cs[1].vtime != 1000 {
+	_, cs, _ := s.candidates(lanes, now.Add(time.Hour), always, nil)
+	if len(cs) != 2 || cs[0].VTime != 1000 || cs[1].VTime != 1000 {
 		t.Errorf("virtual times after b rejoins: %+v, want both 1000", cs)
 	}
 }
@@ -85,12 +65,12 @@ func TestVirtualTimeFollowsWeightChanges(t *testing.T) {
 	var s scheduler
 	a := &lane{run: "a"}
 	a.n.tokens.Add(300)
-	s.candidates([]*lane{a}, t0, nil)
+	s.candidates([]*lane{a}, t0, always, nil)
 	a.sched.Store(&schema.Schedule{Weight: 3})
 	a.n.tokens.Add(300)
-	_, cs, _ := s.candidates([]*lane{a}, t0, nil)
-	if cs[0].vtime != 400 || cs[0].weight != 3 {
-		t.Errorf("vtime %v weight %v, want 300/1 + 300/3 = 400 and 3", cs[0].vtime, cs[0].weight)
+	_, cs, _ := s.candidates([]*lane{a}, t0, always, nil)
+	if cs[0].VTime != 400 || cs[0].Weight != 3 {
+		t.Errorf("vtime %v weight %v, want 300/1 + 300/3 = 400 and 3", cs[0].VTime, cs[0].Weight)
 	}
 }
 
@@ -99,15 +79,15 @@ func TestVirtualTimeFollowsWeightChanges(t *testing.T) {
 func TestCommittedTokens(t *testing.T) {
 	l := &lane{run: "a"}
 	l.n.tokens.Add(100)
-	if got := committed(l, func(*lane) int64 { return 0 }); got != 100 {
+	if got := committed(l, func(int) int64 { return 0 }); got != 100 {
 		t.Errorf("before any answer: %d, want the 100 streamed", got)
 	}
-	l.n.addAnswer(50)
+	l.answers.add(50)
 	l.n.active.Add(2)
-	if got := committed(l, func(*lane) int64 { return 30 }); got != 170 {
+	if got := committed(l, func(int) int64 { return 30 }); got != 170 {
 		t.Errorf("two prompts under way, 30 streamed of a mean of 50: %d, want 100 + 2x50 - 30 = 170", got)
 	}
-	if got := committed(l, func(*lane) int64 { return 500 }); got != 100 {
+	if got := committed(l, func(int) int64 { return 500 }); got != 100 {
 		t.Errorf("prompts past the mean: %d, want the 100 streamed (the estimate is never negative)", got)
 	}
 	if got := committed(l, nil); got != 100 {

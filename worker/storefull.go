@@ -15,15 +15,15 @@ import (
 // one is stored: then it resumes by itself. Space comes back when an old
 // run is removed (aerie runs rm) or the server is given more.
 
-// storeFullReason is the paused reason heartbeats and status show.
-const storeFullReason = "JetStream store full: results cannot be stored; the answers are kept and stored once there is room (remove an old run with aerie runs rm, or raise the server's max_file_store)"
-
 // storeFullLogEvery is how often a worker waiting for room says so.
 const storeFullLogEvery = 30 * time.Second
 
 // storeGate holds the worker's pulls while the store is full. The zero
 // value is a gate with room.
 type storeGate struct {
+	// onRoom, when set, is called once the store has room again.
+	onRoom func()
+
 	mu     sync.Mutex
 	full   bool
 	since  time.Time
@@ -55,15 +55,19 @@ func (g *storeGate) fullNow(err error, log *slog.Logger) {
 // full.
 func (g *storeGate) roomAgain(log *slog.Logger) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if !g.full {
+		g.mu.Unlock()
 		return
 	}
 	d := time.Since(g.since)
 	g.full, g.total = false, g.total+d
 	close(g.room)
 	g.room = nil
+	g.mu.Unlock()
 	log.Info("the JetStream store has room again: resuming", "paused", d.Round(time.Millisecond))
+	if g.onRoom != nil {
+		g.onRoom()
+	}
 }
 
 // wait returns at once while the store has room, and else when it has

@@ -12,6 +12,8 @@ import (
 
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
+	"github.com/aerie-dev/aerie/worker/internal/window"
 )
 
 // converse generates every turn of a conversation (--turns all) in order.
@@ -23,8 +25,8 @@ import (
 // next delivery continues after the last stored turn. l holds a slot on
 // entry; it is given back while a finished turn is stored, and taken
 // again, ahead of new prompts, for the next turn.
-func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) error {
-	if err := w.loadTurns(ctx, j); err != nil {
+func (e *executor) converse(ctx context.Context, d *delivery, j *job, l *window.Lease) error {
+	if err := e.store.loadTurns(ctx, j); err != nil {
 		return err
 	}
 	if d.attempt > 1 {
@@ -34,19 +36,19 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		// turns are removed, so looking again after loading them cannot
 		// miss both. A failed look here is the store's trouble, as in
 		// settledBefore.
-		m, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, j.p.Unit()))
+		m, err := e.store.result(ctx, j.lane.run, j.p.Unit())
 		switch {
 		case err != nil && !j.lane.lastDelivery(d.attempt):
-			return &storeError{fmt.Errorf("look for the result of %s after loading its turns: %w", j.p.ID, err)}
+			return &policy.StoreError{Err: fmt.Errorf("look for the result of %s after loading its turns: %w", j.p.ID, err)}
 		case err == nil && m != nil:
 			return errAnswered
 		}
 	}
 	for i := len(j.turns); i < j.k; i++ {
-		if err := l.acquire(ctx); err != nil {
+		if err := l.Acquire(ctx); err != nil {
 			return err
 		}
-		t, err := w.generateTurn(ctx, d, j, i, j.lane.requestMessages(turnContext(j.p.Messages, j.turns, i)))
+		t, err := e.generate(ctx, d, j, i, j.lane.requestMessages(turnContext(j.p.Messages, j.turns, i)))
 		if err != nil {
 			j.failed = i + 1
 			return err
@@ -57,10 +59,10 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 			// the conversation ends here and its result says so.
 			return nil
 		}
-		l.release()
-		stored, err := w.storeTurn(ctx, j, t)
+		l.Release()
+		stored, err := e.store.putTurn(ctx, j, t)
 		if err != nil {
-			var large *tooLargeError
+			var large *policy.TooLargeError
 			if errors.As(err, &large) {
 				j.failed = i + 1
 			}
@@ -69,13 +71,13 @@ func (w *Worker) converse(ctx context.Context, d *delivery, j *job, l *lease) er
 		j.turns[i] = stored
 		j.stored++
 		j.lane.n.interimTurns.Add(1)
-		if w.answered(ctx, j) {
+		if e.answered(ctx, j) {
 			return errAnswered
 		}
 		if d.attempt > 1 {
 			// The next turn starts with the run's max_attempts: failures
 			// of the turns before it are not its own.
-			w.forgetFailures(ctx, j)
+			e.store.forgetFailures(ctx, j.lane.run, j.p.Unit(), j.lane.log)
 		}
 	}
 	return nil
@@ -91,8 +93,8 @@ var errAnswered = errors.New("another delivery stored the conversation's result"
 // stored its result and removed its turns before this turn was stored,
 // this delivery is the one left to remove it (see settleAnswered). A
 // failed look-up counts as not answered: the conversation goes on.
-func (w *Worker) answered(ctx context.Context, j *job) bool {
-	m, err := lastStored(ctx, w.results, schema.ResultSubject(j.lane.run, j.p.Unit()))
+func (e *executor) answered(ctx context.Context, j *job) bool {
+	m, err := e.store.result(ctx, j.lane.run, j.p.Unit())
 	return err == nil && m != nil
 }
 
@@ -130,25 +132,17 @@ func (l *lane) requestMessages(msgs []schema.Message) []openai.Message {
 	return out
 }
 
-// storeError is a failure to read or write the turns stream, or to look
-// for what an earlier delivery stored: NATS trouble, not the prompt's.
-// The prompt is handed back to continue later.
-type storeError struct{ err error }
-
-func (e *storeError) Error() string { return e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
-
 // loadTurns puts the turns of j that earlier deliveries stored in
 // j.turns, in order, up to the first missing one. A turn that was cut at
 // max_tokens under another budget than the one in force now (a replay
 // with a larger one) is not reused: it and the turns after it are
 // removed, to be generated again.
-func (w *Worker) loadTurns(ctx context.Context, j *job) error {
+func (s *store) loadTurns(ctx context.Context, j *job) error {
 	u := j.p.Unit()
 	for i := 0; i < j.k-1; i++ {
-		m, err := lastStored(ctx, w.turns, schema.TurnSubject(j.lane.run, u, i))
+		m, err := lastStored(ctx, s.turns, schema.TurnSubject(j.lane.run, u, i))
 		if err != nil {
-			return &storeError{fmt.Errorf("look up stored turn %d of %s: %w", i+1, j.p.ID, err)}
+			return &policy.StoreError{Err: fmt.Errorf("look up stored turn %d of %s: %w", i+1, j.p.ID, err)}
 		}
 		if m == nil {
 			break
@@ -168,83 +162,73 @@ func (w *Worker) loadTurns(ctx context.Context, j *job) error {
 			j.lane.n.interimTurns.Add(1)
 			continue
 		}
-		return w.purgeTurnsFrom(ctx, j, i)
+		return s.purgeTurnsFrom(ctx, j, i)
 	}
 	return nil
 }
 
 // purgeTurnsFrom removes the stored turns of j from turn i on.
-func (w *Worker) purgeTurnsFrom(ctx context.Context, j *job, i int) error {
+func (s *store) purgeTurnsFrom(ctx context.Context, j *job, i int) error {
 	for ; i < j.k-1; i++ {
 		subject := schema.TurnSubject(j.lane.run, j.p.Unit(), i)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(subject))
+		err := s.turns.Purge(pctx, jetstream.WithPurgeSubject(subject))
 		cancel()
 		if err != nil {
-			return &storeError{fmt.Errorf("remove stored turn %d of %s to generate it again: %w", i+1, j.p.ID, err)}
+			return &policy.StoreError{Err: fmt.Errorf("remove stored turn %d of %s to generate it again: %w", i+1, j.p.ID, err)}
 		}
 	}
 	return nil
 }
 
-// storeTurn stores a finished turn and returns the turn stored for its
+// putTurn stores a finished turn and returns the turn stored for its
 // place: t, or the one another delivery of the same prompt stored first
 // (the first answer wins, as with results), with which the conversation
 // goes on.
-func (w *Worker) storeTurn(ctx context.Context, j *job, t *schema.Turn) (*schema.Turn, error) {
+func (s *store) putTurn(ctx context.Context, j *job, t *schema.Turn) (*schema.Turn, error) {
 	data, err := schema.EncodeTurn(t)
 	if err != nil {
 		return nil, fmt.Errorf("encode turn %d of %s: %w", t.Index+1, j.p.ID, err)
 	}
 	subject := schema.TurnSubject(j.lane.run, j.p.Unit(), t.Index)
-	m := w.message(j.lane.run, subject, schema.KindTurn, j.p.Unit(), data)
+	m := s.message(j.lane.run, subject, schema.KindTurn, j.p.Unit(), data)
 	// Every turn of a unit would share the unit's message id, and the
 	// de-duplication window would swallow all but the first: the
 	// expected-empty subject alone makes the publish happen once.
 	m.Header.Del(schema.HeaderMsgID)
 	m.Header.Set(schema.HeaderTurn, strconv.Itoa(t.Index))
-	ours, err := w.storeOnce(ctx, m)
+	ours, err := s.putOnce(ctx, m)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Asking again gives a turn as large: record why instead.
-		return nil, &tooLargeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
+		return nil, &policy.TooLargeError{Err: fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
 	}
 	if err != nil {
-		return nil, &storeError{fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
+		return nil, &policy.StoreError{Err: fmt.Errorf("store turn %d of %s: %w", t.Index+1, j.p.ID, err)}
 	}
 	if ours {
 		return t, nil
 	}
-	stored, err := lastStored(ctx, w.turns, subject)
+	stored, err := lastStored(ctx, s.turns, subject)
 	if err == nil && stored == nil {
 		err = errors.New("not found right after the store said it held one (was it purged?)")
 	}
 	if err != nil {
-		return nil, &storeError{fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
+		return nil, &policy.StoreError{Err: fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
 	}
 	first, err := schema.DecodeTurn(stored.Data)
 	if err != nil {
-		return nil, &storeError{fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
+		return nil, &policy.StoreError{Err: fmt.Errorf("read turn %d of %s stored by another delivery: %w", t.Index+1, j.p.ID, err)}
 	}
 	j.lane.log.Info("another delivery stored this turn first; going on with its answer", "id", j.p.ID, "sample", j.p.Sample, "turn", t.Index+1, "by", first.Worker)
 	return first, nil
 }
 
-// forgetFailures deletes the failure count of j, best effort.
-func (w *Worker) forgetFailures(ctx context.Context, j *job) {
-	key := schema.AttemptsKey(j.lane.run, j.p.Unit())
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := w.attempts.Delete(dctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		j.lane.log.Warn("cannot reset the failure count after a stored turn; the next turn has fewer attempts", "id", j.p.ID, "key", key, "err", err)
-	}
-}
-
 // purgeTurns removes every stored turn of u, of l's run, once its result
 // is stored, best effort: `aerie runs rm` removes any left over.
-func (w *Worker) purgeTurns(ctx context.Context, l *lane, u schema.Unit) {
+func (s *store) purgeTurns(ctx context.Context, l *lane, u schema.Unit) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := w.turns.Purge(pctx, jetstream.WithPurgeSubject(schema.TurnsFilter(l.run, u))); err != nil {
+	if err := s.turns.Purge(pctx, jetstream.WithPurgeSubject(schema.TurnsFilter(l.run, u))); err != nil {
 		l.log.Warn("cannot remove the stored turns of an answered conversation; `aerie runs rm` removes them", "id", u.ID, "sample", u.Sample, "err", err)
 	}
 }

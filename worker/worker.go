@@ -1,12 +1,22 @@
 // Package worker pulls a run's prompts from JetStream, sends each to an
 // OpenAI-compatible backend (vLLM beside it on the GPU host) and publishes
 // the answers. Every outcome of a prompt ends in exactly one
-// acknowledgement call, chosen in one switch (outcome.go).
+// acknowledgement call, chosen in one switch (policy.Settle).
 //
 // A prompt message is one unit of the run: a prompt and a sample. With
 // --turns all its conversation is generated turn by turn (turns.go), each
 // finished turn stored before the next starts, and the message is held,
 // with progress acks, until the whole conversation is settled.
+//
+// Inside, each part owns its state: the puller (pull.go) takes window
+// slots and fetches; the executor (process.go) answers one delivery
+// through the requester (request.go), which alone talks to the backend;
+// the settler (settle.go) ends each delivery with its one acknowledgement;
+// the store (store.go) is everything kept in JetStream; the controller
+// (control.go) turns a snapshot of plain values into a plan with the
+// pure policy.Decide and carries it out; the reporter (heartbeat.go)
+// builds heartbeats, metrics and Stats. The requests in flight are held
+// by a flights.Registry alone, and the window by a window.Window.
 package worker
 
 import (
@@ -15,15 +25,17 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/natsdial"
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/worker/internal/flights"
+	"github.com/aerie-dev/aerie/worker/internal/policy"
+	"github.com/aerie-dev/aerie/worker/internal/window"
 )
 
 // Backend is what a worker needs of an LLM server. *openai.Client
@@ -34,131 +46,22 @@ type Backend interface {
 
 var _ Backend = (*openai.Client)(nil)
 
-// Worker processes the prompts of one run.
+// Worker processes the prompts of the runs it serves. Every field is set
+// by New and never replaced; the parts they point to own their state.
 type Worker struct {
-	cfg     Config
-	js      jetstream.JetStream
-	nc      *nats.Conn
-	backend Backend
-	log     *slog.Logger
-	// replies ends waits for acknowledgements that a lost connection
-	// took with it; set by Run, nil before (the waits run their course).
-	replies *natsdial.Replies
+	cfg  Config
+	log  *slog.Logger
+	link *link
 
-	// lanes are the runs served (see serving), set by Run before any
-	// prompt is processed; lanesChanged is notified when a lane's hold
-	// changes.
-	lanes        atomic.Pointer[[]*lane]
-	lanesChanged signal
-	// sched shares the free slots between the runs (schedule.go);
-	// skipped holds a skippedRun by run name for the runs not served, and
-	// models the backend's model list (runswatch.go).
-	sched   scheduler
-	skipped sync.Map
-	models  modelCache
-
-	win      *window
-	inFlight sync.Map // *flight by stream sequence, while a request generates
-	attempts jetstream.KeyValue
-	breaker  *breaker
-
-	// ttfts keeps the backend's shortest time to first token, and
-	// latency the moving mean of this worker's request times
-	// (tailhold.go).
-	ttfts   ttftLeast
-	latency latencyMean
-	// generating and maxGenerating count the requests at the backend.
-	generating, maxGenerating atomic.Int64
-	// yieldCap is the window's cap for serving traffic (0: none), and
-	// yields counts the times the worker began to yield (yield.go).
-	yieldCap, yields atomic.Int64
-	paused           atomic.Pointer[string]
-	// metrics is nil without Config.Metrics.
-	metrics *metrics
-
-	// host and backendURL are what heartbeats say of where this worker
-	// runs and where its requests go (see schema.Heartbeat).
-	host, backendURL string
-
-	// lastProbeLog is when a failed probe was last logged; used by the
-	// breaker's probing goroutine only.
-	lastProbeLog time.Time
-
-	// The results and dead-letter streams, looked up by Run, where a
-	// redelivered prompt's earlier outcome is looked for, and, for a run
-	// with --turns all, the turns stream.
-	results, dead, turns jetstream.Stream
-	// prompts is the prompts stream, where a hedge reads the prompt it
-	// sends again (hedge.go).
-	prompts jetstream.Stream
-	// hedging counts the hedges running, which Run waits for as it does
-	// for the deliveries.
-	hedging sync.WaitGroup
-	// nSupport says whether the backend answers several samples in one
-	// request (samples.go), found out under nMu.
-	nSupport atomic.Int32
-	nMu      sync.Mutex
-	// hedgeRoot is what hedges run under (see hedgeCtx), under hedgeMu.
-	hedgeMu   sync.Mutex
-	hedgeRoot context.Context
-	// batches group-commit results and turns while Run runs.
-	batches batches
-	// speed is the tokens a second each of this worker's requests
-	// streams (float64 bits, 0 while unknown), as the pull decision last
-	// measured it; heartbeats carry it. beatNow asks the heartbeats
-	// goroutine for a heartbeat at once: the first time the speed is
-	// known, which slower workers wait for (hintlimit.go).
-	speed   atomic.Uint64
-	beatNow chan struct{}
-	// room holds the pulls while the JetStream store is full
-	// (storefull.go).
-	room storeGate
-}
-
-// flight is one request being generated.
-type flight struct {
-	tokens atomic.Int64
-	// state says whether the request may still be handed back at the end
-	// of a run: waiting for its first token, streaming, or handed back
-	// (see tail.go). sent and cancel are set as each request is sent;
-	// last marks the prompt's last delivery, never handed back.
-	state atomic.Int32
-	last  bool
-	lane  *lane
-	// hint is the prompt's length hint (0: none), and attempt its
-	// delivery (hintlimit.go).
-	hint, attempt int
-	// seq and unit are the prompt message's stream sequence and unit,
-	// which heartbeats list for hedging (hedge.go); hedge marks a hedge,
-	// a second copy of another worker's request, never itself hedged.
-	seq   uint64
-	unit  schema.Unit
-	hedge bool
-	// group marks a request of a message of several samples
-	// (samples.go): never hedged.
-	group  bool
-	mu     sync.Mutex
-	sent   time.Time
-	cancel context.CancelCauseFunc
-}
-
-// cancelAs cancels f's request with cause, moving it to state `to`,
-// if it is sent and in one of the states from; it reports whether it
-// did.
-func (f *flight) cancelAs(to int32, cause error, from ...int32) bool {
-	f.mu.Lock()
-	cancel := f.cancel
-	f.mu.Unlock()
-	if cancel == nil {
-		return false
-	}
-	for _, s := range from {
-		if f.state.CompareAndSwap(s, to) {
-			cancel(cause)
-			return true
-		}
-	}
-	return false
+	runs    *runSet
+	slots   *window.Window
+	pauses  *pauses
+	store   *store
+	pull    *puller
+	hedges  *hedger
+	control *controller
+	report  *reporter
+	watch   *runWatch
 }
 
 // New returns a worker; js must be connected and backend ready.
@@ -170,131 +73,58 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		return nil, errors.New("worker: a JetStream context and a backend are required")
 	}
 	cfg = cfg.withDefaults()
-	w := &Worker{
-		cfg:     cfg,
-		js:      js,
-		nc:      js.Conn(),
-		backend: backend,
-		log:     workerLogger(cfg),
-		win:     newWindow(cfg.Window, heldPerSlot*cfg.Window),
-		beatNow: make(chan struct{}, 1),
-	}
-	w.host, w.backendURL = heartbeatHost(), backendLabel(backend)
+	log := workerLogger(cfg)
+	ln := &link{js: js, nc: js.Conn()}
+	runs := &runSet{}
+	slots := window.New(cfg.Window, policy.HeldPerSlot*cfg.Window)
+	inFlight := &flights.Registry{}
+	room := &storeGate{onRoom: runs.changed.notify}
+	probe := &prober{log: log, backend: backend, runs: runs, priority: cfg.BatchPriority}
 	var health func(context.Context) error
 	if h, ok := backend.(healthChecker); ok {
 		health = h.Health
 	}
-	w.breaker = newBreaker(cfg.BreakerThreshold, w.probeBackend, health, func(open bool, reason string) {
+	probe.health = newBreaker(cfg.BreakerThreshold, probe.probe, health, func(open bool, reason string) {
 		if open {
-			w.log.Warn("pausing: no more pulls; prompts whose requests fail are handed back without counting against them; probing the backend", "reason", reason)
+			log.Warn("pausing: no more pulls; prompts whose requests fail are handed back without counting against them; probing the backend", "reason", reason)
 		} else {
-			w.log.Info("backend healthy again: resuming", "paused_total", w.breaker.pausedFor().Round(time.Millisecond))
+			log.Info("backend healthy again: resuming", "paused_total", probe.health.pausedFor().Round(time.Millisecond))
+			runs.changed.notify()
 		}
-	}, w.logProbeFailure)
-	if cfg.Metrics != nil {
-		if err := w.registerMetrics(cfg.Metrics); err != nil {
-			return nil, err
-		}
+	}, probe.logFailure)
+	w := &Worker{cfg: cfg, log: log, link: ln, runs: runs, slots: slots,
+		pauses: &pauses{breaker: probe.health, room: room}}
+	w.store = &store{name: cfg.Name, link: ln, log: log, room: room}
+	requests := &requester{backend: backend, health: probe.health, priority: cfg.priority()}
+	w.hedges = &hedger{name: cfg.Name, link: ln, slots: slots, flights: inFlight, store: w.store, pullWait: cfg.PullWait}
+	settle := &settler{name: cfg.Name, store: w.store, health: probe.health, hedges: w.hedges,
+		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry}}
+	exec := &executor{name: cfg.Name, requests: requests, flights: inFlight, store: w.store, settler: settle, log: log, link: ln}
+	w.hedges.exec = exec
+	w.pull = &puller{log: log, pullWait: cfg.PullWait, runs: runs, slots: slots, flights: inFlight, pauses: w.pauses, exec: exec}
+	w.control = &controller{cfg: cfg, policy: cfg.policy(), log: log, backend: backend, runs: runs, slots: slots, flights: inFlight,
+		pauses: w.pauses, requests: requests, store: w.store, hedges: w.hedges, beatNow: make(chan struct{}, 1)}
+	w.report = &reporter{name: cfg.Name, log: log, link: ln, oneRun: cfg.Run != "", host: heartbeatHost(), backend: backendLabel(backend),
+		period: cfg.Heartbeat, runs: runs, slots: slots, flights: inFlight, pauses: w.pauses, requests: requests,
+		hedges: w.hedges, sched: &w.pull.sched, control: w.control}
+	w.watch = &runWatch{cfg: cfg, link: ln, log: log, backend: backend, runs: runs, report: w.report, follow: w.followLane}
+	m, err := newMetrics(cfg.Metrics, cfg.Name, cfg.Run, w.report)
+	if err != nil {
+		return nil, err
 	}
+	requests.metrics, settle.metrics, w.hedges.metrics, w.watch.metrics = m, m, m, m
 	return w, nil
 }
 
 // Name is the worker's name in heartbeats and results.
 func (w *Worker) Name() string { return w.cfg.Name }
 
-// Stats is a snapshot of a worker's counters.
-type Stats struct {
-	InFlight, MaxInFlight                          int
-	TokensStreamed, Completed, DeadLettered, Retry int64
-	// HandedBack counts prompts handed back because the backend was down;
-	// Paused is the total time spent with the breaker open.
-	HandedBack int64
-	// TailHandedBack counts prompts handed back at the end of a run,
-	// without a first token, for an idle worker to take.
-	TailHandedBack int64
-	// TailHolds counts the times the worker began to hold back, near the
-	// end of the run, from prompts the other workers would finish sooner.
-	TailHolds int64
-	// ConsumerFull is true while the run's consumer is full (its
-	// MaxAckPending reached) with prompts waiting and this worker's slots
-	// free: see ackroom.go.
-	ConsumerFull bool
-	Paused       time.Duration
-	// StoreFull is the time spent waiting for room in a full JetStream
-	// store (storefull.go).
-	StoreFull time.Duration
-	// AlreadySettled counts redelivered prompts settled with the outcome
-	// an earlier delivery had stored, without being generated again.
-	AlreadySettled int64
-	// MaxGenerating is the most requests this worker has had at its
-	// backend at once: never more than its window.
-	MaxGenerating int
-	// Window is the window's size now: Config.Window, or what an
-	// automatic window has made it.
-	Window int
-	// Turns counts the answers generated and kept: one per completed
-	// prompt with --turns last, one per turn with --turns all.
-	Turns int64
-	// Hedges counts the hedges this worker sent at the end of a run, and
-	// HedgesWon those whose answer it stored first (counted in
-	// Completed); HedgedAway counts its prompts acknowledged because a
-	// hedge elsewhere stored their answer first; HedgedTokens the
-	// completion tokens it generated and threw away because the other
-	// copy won (see hedge.go).
-	Hedges, HedgesWon, HedgedAway, HedgedTokens int64
-	// Runs are the counters of each run served, by name.
-	Runs map[string]RunStats
-}
-
-// RunStats are a worker's counters for one run.
-type RunStats struct {
-	// InFlight is the run's prompts delivered and not yet settled.
-	InFlight                       int
-	TokensStreamed, Turns          int64
-	Completed, DeadLettered        int64
-	Retry, HandedBack              int64
-	TailHandedBack, AlreadySettled int64
-}
-
-// Stats returns the worker's counters. MaxInFlight is the most prompts
-// this worker has held at once: never more than twice its window (one
-// generating and one being stored per slot; see heldPerSlot), while
-// MaxGenerating never exceeds the window.
-func (w *Worker) Stats() Stats {
-	held, maxHeld := w.win.holding()
-	s := Stats{
-		InFlight: held, MaxInFlight: maxHeld, MaxGenerating: int(w.maxGenerating.Load()), Window: w.win.capacity(),
-		Paused: w.breaker.pausedFor(), Runs: map[string]RunStats{},
-	}
-	_, s.StoreFull = w.room.isFull()
-	for _, l := range w.serving() {
-		s.Runs[l.run] = RunStats{InFlight: int(l.n.held.Load()), TokensStreamed: l.n.tokens.Load(), Turns: l.n.turns.Load(),
-			Completed: l.n.completed.Load(), DeadLettered: l.n.deadLettered.Load(), Retry: l.n.retried.Load(),
-			HandedBack: l.n.handedBack.Load(), TailHandedBack: l.n.tailHandedBack.Load(), AlreadySettled: l.n.alreadySettled.Load()}
-		s.TokensStreamed += l.n.tokens.Load()
-		s.Completed += l.n.completed.Load()
-		s.DeadLettered += l.n.deadLettered.Load()
-		s.Retry += l.n.retried.Load()
-		s.HandedBack += l.n.handedBack.Load()
-		s.TailHandedBack += l.n.tailHandedBack.Load()
-		s.AlreadySettled += l.n.alreadySettled.Load()
-		s.Turns += l.n.turns.Load()
-		s.Hedges += l.n.hedges.Load()
-		s.HedgesWon += l.n.hedgesWon.Load()
-		s.HedgedAway += l.n.hedgedAway.Load()
-		s.HedgedTokens += l.n.hedgedTokens.Load()
-		s.TailHolds += l.tailHolds.Load()
-		s.ConsumerFull = s.ConsumerFull || l.consumerFull.Load()
-	}
-	return s
-}
-
 // Run processes prompts until ctx ends, then stops pulling, lets in-flight
 // prompts finish for up to Config.Grace, hands back the rest and returns
 // nil. It returns an error only if it cannot start.
 func (w *Worker) Run(ctx context.Context) error {
-	w.replies = natsdial.WatchReplies(w.nc)
-	defer w.replies.Stop()
+	w.link.replies = natsdial.WatchReplies(w.link.nc)
+	defer w.link.replies.Stop()
 	kv, err := w.start(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -302,70 +132,53 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	window := any(w.cfg.Window)
-	if w.cfg.AutoWindow {
-		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
-	}
-	if w.cfg.Run != "" {
-		l := w.serving()[0]
-		w.log.Info("worker started", "model", l.manifest.Model, "window", window, "turns", l.manifest.TurnsMode(),
-			"ack_wait", l.ackWait, "max_deliver", l.maxDeliver, "total", l.manifest.Total)
-	} else {
-		runs := any(w.cfg.Runs)
-		if w.cfg.AllRuns {
-			runs = "all"
-		}
-		w.log.Info("worker started: serving runs as their manifests are found", "runs", runs, "window", window)
-	}
+	w.logStart()
 
 	// work ends Config.Grace after ctx: in-flight requests are then
 	// cancelled and their prompts handed back.
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); w.heartbeats(work) }()
-	go w.breaker.run(work)
-	for _, l := range w.serving() {
-		w.followPeers(work, l)
-	}
+	beats := make(chan struct{})
+	go func() { defer close(beats); w.report.heartbeats(work) }()
+	go w.pauses.breaker.run(work)
 	// With ExitWhenDone, the run's end stops the pulls as ctx would.
 	ctx, endPulls := context.WithCancel(ctx)
 	defer endPulls()
-	var onDone func()
-	if w.cfg.ExitWhenDone {
-		onDone = func() {
-			w.log.Info("stopping: the run is done (--exit-when-done)")
-			endPulls()
+	for _, l := range w.runs.serving() {
+		w.followPeers(work, l)
+		var onDone func()
+		if w.cfg.ExitWhenDone {
+			onDone = func() {
+				w.log.Info("stopping: the run is done (--exit-when-done)")
+				endPulls()
+			}
 		}
+		go watchDone(work, w.link.js, l, w.cfg.Heartbeat, onDone)
 	}
-	for _, l := range w.serving() {
-		go w.watchDone(work, l, onDone)
-	}
-	w.setHedgeCtx(ctx)
-	go w.watchRuns(work, kv)
-	go w.control(work)
+	w.hedges.setRoot(ctx)
+	go w.watch.watch(work, kv)
+	go w.control.run(work)
 
-	defer w.startBatches()() // stopped once every prompt is settled
+	defer w.store.startBatches()() // stopped once every prompt is settled
 	var wg sync.WaitGroup
-	w.pull(ctx, &wg, work)
+	w.pull.run(ctx, &wg, work)
 
-	reason := schema.PausedStopping
-	w.paused.Store(&reason)
-	held, _ := w.win.holding()
+	w.pauses.stopping.Store(true)
+	held, _ := w.slots.Holding()
 	w.log.Info("stopping: no more pulls; waiting for in-flight prompts", "in_flight", held, "grace", w.cfg.Grace)
 	idle := make(chan struct{})
-	go func() { wg.Wait(); w.hedging.Wait(); close(idle) }()
+	go func() { wg.Wait(); w.hedges.running.Wait(); close(idle) }()
 	select {
 	case <-idle:
 	case <-time.After(w.cfg.Grace):
-		held, _ := w.win.holding()
+		held, _ := w.slots.Holding()
 		w.log.Warn("grace period over: handing back unfinished prompts", "in_flight", held)
 		stopWork()
 		<-idle
 	}
 	stopWork()
-	<-hbDone
-	w.publishHeartbeats() // the final counters
+	<-beats
+	w.report.publish() // the final counters
 	s := w.Stats()
 	w.log.Info("worker stopped", "completed", s.Completed, "dead_lettered", s.DeadLettered, "retried", s.Retry,
 		"handed_back", s.HandedBack, "tail_handed_back", s.TailHandedBack, "already_settled", s.AlreadySettled, "paused", s.Paused.Round(time.Millisecond), "tokens", s.TokensStreamed,
@@ -373,99 +186,85 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// pull fetches prompts while ctx lasts. Window slots are taken before the
-// server is asked for messages, and each pull asks for exactly as many
-// messages as it took slots, so the requests generating never exceed the
-// window and the prompts delivered to this worker and not settled never
-// exceed what the window allows (see window), counting those in transit.
-// (Consume and Messages prefetch, which would break that.)
-func (w *Worker) pull(ctx context.Context, wg *sync.WaitGroup, work context.Context) {
-	var failures int
-	for {
-		gs := w.admit(ctx)
-		if gs == nil {
-			return
-		}
-		asked := 0
-		for _, g := range gs {
-			asked += g.n
-		}
-		got, err := w.fetch(gs, wg, work)
-		w.win.unused(asked - got)
+// start opens what the worker needs: the runs bucket, the attempts
+// bucket, the results, dead-letter and prompts streams, and the turns
+// stream when a run may need it. With Config.Run it also waits for the
+// run's manifest, checks that the backend serves its model and opens the
+// run's lane; with Runs or AllRuns the lanes open as the runs watcher
+// finds their manifests.
+func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
+	var l *lane
+	if w.cfg.Run != "" {
+		m, err := provision.WaitManifest(ctx, w.link.js, w.cfg.Run, w.log)
 		if err != nil {
-			failures++
-			d := retryDelay(failures, 100*time.Millisecond, pullRetryMax(err))
-			w.log.Warn("pull failed; retrying", "err", err, "in", d)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-			continue
+			return nil, err
 		}
-		failures = 0
+		l = newLane(m, w.log, true)
 	}
+	kv, err := provision.WaitRunsBucket(ctx, w.link.js, w.log)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", w.cfg.Name, err)
+	}
+	// Before the backend is asked: a worker without the attempts bucket
+	// cannot start, whatever its backend says.
+	if w.store.attempts, err = provision.AttemptsBucket(ctx, w.link.js, w.cfg.Provision); err != nil {
+		return nil, fmt.Errorf("worker %s: %w", w.cfg.Name, err)
+	}
+	if l != nil {
+		if err := checkBackend(ctx, w.watch.backend, w.cfg.Name, w.log, l.manifest.Model); err != nil {
+			return nil, err
+		}
+	}
+	// Opened before any prompt is processed: a worker of several runs
+	// may come to serve a --turns all run.
+	turns := l == nil || l.manifest.TurnsMode() == schema.TurnsAll
+	if err := w.store.open(ctx, w.cfg.Provision, turns); err != nil {
+		return nil, err
+	}
+	if l != nil {
+		if err := openLane(ctx, w.link.js, w.cfg, l); err != nil {
+			return nil, err
+		}
+		w.runs.add(l)
+	}
+	return kv, nil
 }
 
-// pullRetryMax bounds the wait before a failed pull is tried again. No
-// responders means the run's consumer has no leader for the moment: a
-// cluster elects one within seconds, and a pull that finds it costs one
-// request, so the worker asks again every second at most rather than
-// backing off to 5 s and starting that much after the election.
-func pullRetryMax(err error) time.Duration {
-	if errors.Is(err, nats.ErrNoResponders) {
-		return time.Second
+// logStart says the worker started, and what it serves.
+func (w *Worker) logStart() {
+	window := any(w.cfg.Window)
+	if w.cfg.AutoWindow {
+		window = fmt.Sprintf("auto (from %d, at most %d)", w.cfg.Window, w.cfg.MaxWindow)
 	}
-	return 5 * time.Second
+	if w.cfg.Run != "" {
+		l := w.runs.serving()[0]
+		w.log.Info("worker started", "model", l.manifest.Model, "window", window, "turns", l.manifest.TurnsMode(),
+			"ack_wait", l.ackWait, "max_deliver", l.maxDeliver, "total", l.manifest.Total)
+		return
+	}
+	runs := any(w.cfg.Runs)
+	if w.cfg.AllRuns {
+		runs = "all"
+	}
+	w.log.Info("worker started: serving runs as their manifests are found", "runs", runs, "window", window)
 }
 
-// fetch pulls the prompts of the grants, in order, each run asked for
-// its share and what the runs before it could not fill, and starts
-// processing each prompt under work. With one run to pull from it waits
-// up to PullWait for prompts; with several it does not wait, so that a
-// run with nothing to deliver holds up none of the others, and tells the
-// scheduler what each run had. It returns how many prompts came, and the
-// first error that is not "nothing to deliver".
-func (w *Worker) fetch(gs []laneGrant, wg *sync.WaitGroup, work context.Context) (int, error) {
-	wait := len(gs) == 1
-	total, carry := 0, 0
-	for _, g := range gs {
-		l, ask := g.lane, g.n+carry
-		if ask == 0 {
-			continue
-		}
-		var batch jetstream.MessageBatch
-		var err error
-		if wait {
-			batch, err = l.cons.Fetch(ask, jetstream.FetchMaxWait(w.cfg.PullWait))
-		} else {
-			batch, err = l.cons.FetchNoWait(ask)
-		}
-		got := 0
-		if err == nil {
-			for msg := range batch.Messages() {
-				got++
-				w.win.arrived()
-				l.n.held.Add(1)
-				l.n.active.Add(1)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer l.n.held.Add(-1)
-					ls := &lease{win: w.win, slot: true}
-					defer ls.end()
-					w.process(work, l, msg, ls)
-				}()
-			}
-			err = batch.Error()
-		}
-		if got > 0 || !wait {
-			w.sched.pulled(l, ask, got, time.Now())
-		}
-		total, carry = total+got, ask-got
-		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-			return total, fmt.Errorf("pull the prompts of run %s: %w", l.run, err)
-		}
+// followLane starts, under ctx, what a lane the runs watcher opened
+// needs besides pulls.
+func (w *Worker) followLane(ctx context.Context, l *lane) {
+	w.followPeers(ctx, l)
+	go watchDone(ctx, w.link.js, l, w.cfg.Heartbeat, nil)
+}
+
+// followPeers follows, until ctx ends, the heartbeats and hedge notices
+// of the other workers of l's run. Without them no prompt is handed
+// back, nor pull held back, at the end of the run.
+func (w *Worker) followPeers(ctx context.Context, l *lane) {
+	w.hedges.follow(ctx, l)
+	sub, err := w.link.nc.Subscribe(schema.HeartbeatFilter(l.run), l.peers.heard(w.cfg.Name))
+	if err != nil {
+		l.log.Warn("cannot follow the other workers' heartbeats: no prompt is handed back, nor pull held back, at the end of the run", "err", err)
+		return
 	}
-	return total, nil
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 }

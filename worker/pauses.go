@@ -1,0 +1,36 @@
+package worker
+
+import (
+	"sync/atomic"
+
+	"github.com/aerie-dev/aerie/worker/internal/policy"
+)
+
+// pauses gathers what may keep the worker from pulling: its own state
+// (stopping, its breaker, a full store) and each run's (see lane), so
+// that every part asks policy.Holds.Pause the same question. The zero
+// value is not usable; New makes it.
+type pauses struct {
+	// stopping is set by Run once it stops pulling.
+	stopping atomic.Bool
+	breaker  *breaker
+	room     *storeGate
+}
+
+// worker is the worker's own holds, the same for every run.
+func (p *pauses) worker() policy.Holds {
+	h := policy.Holds{Stopping: p.stopping.Load()}
+	if open, reason := p.breaker.isOpen(); open {
+		h.Breaker = reason
+	}
+	h.StoreFull, _ = p.room.isFull()
+	return h
+}
+
+// of is everything that holds the worker from l's run.
+func (p *pauses) of(l *lane) policy.Holds {
+	h := p.worker()
+	h.RunPaused, h.RunGone = l.schedule().Paused, l.gone.Load()
+	h.TailHold, h.HintHold = l.tailHold.Load(), l.hintHold.Load()
+	return h
+}
