@@ -20,7 +20,7 @@ import (
 func (c *controller) observe(ctx context.Context, m policy.Memory) policy.Snapshot {
 	s := policy.Snapshot{Now: time.Now(), Generating: int(c.requests.generating.Load())}
 	s.Size, s.Taken, s.Pulling = c.slots.State()
-	s.Paused = c.pauses.worker().Pause().Paused
+	s.Holds = c.pauses.worker()
 	if c.cfg.YieldToServing || c.cfg.AutoWindow && !m.Load.Fixed {
 		s.Load = c.readLoad(ctx)
 	}
@@ -37,7 +37,7 @@ func (c *controller) observe(ctx context.Context, m policy.Memory) policy.Snapsh
 		ours := func(seq uint64) bool { _, ok := l.hedges.Load(seq); return ok }
 		sl.MaxDeliver = l.maxDeliver
 		sl.Peers = l.peers.view(s.Now, recent, ours)
-		sl.TailHold, sl.ConsumerFull = l.tailHold.Load(), l.consumerFull.Load()
+		sl.Holds, sl.ConsumerFull = l.holds(), l.consumerFull.Load()
 		sl.HintError = policy.HintError(l.hintErr.sorted())
 		sl.NextHint = -1
 		sl.Bounced = l.bounced.Swap(false)

@@ -28,9 +28,9 @@ func (p *pauses) worker() policy.Holds {
 }
 
 // of is everything that holds the worker from l's run.
-func (p *pauses) of(l *lane) policy.Holds {
-	h := p.worker()
-	h.RunPaused, h.RunGone = l.schedule().Paused, l.gone.Load()
-	h.TailHold, h.HintHold = l.tailHold.Load(), l.hintHold.Load()
-	return h
+func (p *pauses) of(l *lane) policy.Holds { return p.worker().With(l.holds()) }
+
+// holds is what holds the worker from l's run of the run's own.
+func (l *lane) holds() policy.Holds {
+	return policy.Holds{RunPaused: l.schedule().Paused, RunGone: l.gone.Load(), TailHold: l.tailHold.Load(), HintHold: l.hintHold.Load()}
 }

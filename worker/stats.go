@@ -48,6 +48,14 @@ type Stats struct {
 
 // RunStats are a worker's counters for one run.
 type RunStats struct {
+	// Pulling is set while the worker pulls the run's prompts; Paused
+	// says why it is paused, when it is (stopping, the store full, its
+	// backend down, the run paused), and TailHold and HintHold are set
+	// while it holds back from them near the end of the run, or from
+	// length hints too long for its server.
+	Pulling            bool
+	Paused             string
+	TailHold, HintHold bool
 	// InFlight is the run's prompts delivered and not yet settled.
 	InFlight                       int
 	TokensStreamed, Turns          int64
@@ -69,7 +77,10 @@ func (w *Worker) Stats() Stats {
 	}
 	_, s.StoreFull = r.pauses.room.isFull()
 	for _, l := range r.runs.serving() {
-		s.Runs[l.run] = RunStats{InFlight: int(l.n.held.Load()), TokensStreamed: l.n.tokens.Load(), Turns: l.n.turns.Load(),
+		h := r.pauses.of(l)
+		p := h.Pause()
+		s.Runs[l.run] = RunStats{Pulling: p.Pulls, Paused: p.Reason, TailHold: h.TailHold, HintHold: h.HintHold,
+			InFlight: int(l.n.held.Load()), TokensStreamed: l.n.tokens.Load(), Turns: l.n.turns.Load(),
 			Completed: l.n.completed.Load(), DeadLettered: l.n.deadLettered.Load(), Retry: l.n.retried.Load(),
 			HandedBack: l.n.handedBack.Load(), TailHandedBack: l.n.tailHandedBack.Load(), AlreadySettled: l.n.alreadySettled.Load()}
 		s.TokensStreamed += l.n.tokens.Load()

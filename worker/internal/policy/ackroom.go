@@ -51,9 +51,10 @@ func ackRoomPolicy(s Snapshot, i int, streak int, lp *LanePlan) int {
 }
 
 // ackRoomLooks reports whether the worker looks at lane i's consumer for
-// room: it pulls from the run and has a free slot.
+// room: it pulls from the run (nothing holds it: see Holds.Pause) and
+// has a free slot.
 func ackRoomLooks(s Snapshot, i int) bool {
-	return !s.Paused && !s.Lanes[i].TailHold && FreeSlots(s.Size, s.Generating) > 0
+	return s.Pause(i).Pulls && FreeSlots(s.Size, s.Generating) > 0
 }
 
 // LaneReads says what a decision needs read of a run.

@@ -24,9 +24,11 @@ func TestAckRoomPolicy(t *testing.T) {
 		{"room while not full changes nothing", Snapshot{Size: 4, Lanes: []Lane{{Consumer: room}}}, 1, 0, FullKeep, 0},
 		{"nothing waiting is not full", Snapshot{Size: 4, Lanes: []Lane{{Consumer: &Consumer{AckPending: 4, MaxAckPending: 4}}}}, 1, 0, FullKeep, 0},
 		{"no limit is never full", Snapshot{Size: 4, Lanes: []Lane{{Consumer: &Consumer{Pending: 9, AckPending: 4}}}}, 1, 0, FullKeep, 0},
-		{"a paused worker does not look", Snapshot{Size: 4, Paused: true, Lanes: []Lane{{Consumer: full}}}, 1, 0, FullKeep, 0},
+		{"a paused worker does not look", Snapshot{Size: 4, Holds: Holds{Breaker: "down"}, Lanes: []Lane{{Consumer: full}}}, 1, 0, FullKeep, 0},
 		{"nor one without a free slot", Snapshot{Size: 4, Generating: 4, Lanes: []Lane{{Consumer: full}}}, 1, 0, FullKeep, 0},
-		{"nor one holding back for the tail", Snapshot{Size: 4, Lanes: []Lane{{Consumer: full, TailHold: true}}}, 1, 0, FullKeep, 0},
+		{"nor one holding back for the tail", Snapshot{Size: 4, Lanes: []Lane{{Consumer: full, Holds: Holds{TailHold: true}}}}, 1, 0, FullKeep, 0},
+		{"nor one holding back for the hints", Snapshot{Size: 4, Lanes: []Lane{{Consumer: full, Holds: Holds{HintHold: true}}}}, 1, 0, FullKeep, 0},
+		{"nor one whose run is paused", Snapshot{Size: 4, Lanes: []Lane{{Consumer: full, Holds: Holds{RunPaused: true}}}}, 1, 0, FullKeep, 0},
 		{"nor one that could not read it, and the state stays", Snapshot{Size: 4, Lanes: []Lane{{ConsumerFull: true}}}, 2, 0, FullKeep, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {

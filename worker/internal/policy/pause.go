@@ -43,6 +43,12 @@ const StoreFullReason = "JetStream store full: results cannot be stored; the ans
 // RunGoneReason is the paused reason of a run whose manifest is deleted.
 const RunGoneReason = "run manifest deleted: no more prompts are pulled from the run; those held finish"
 
+// With is h, the worker's own holds, with run's, one run's own.
+func (h Holds) With(run Holds) Holds {
+	h.RunPaused, h.RunGone, h.TailHold, h.HintHold = run.RunPaused, run.RunGone, run.TailHold, run.HintHold
+	return h
+}
+
 // Pause is what h comes to: the worker pulls while nothing holds it;
 // it is paused, first for stopping, then for a full store, then for its
 // backend, then for the run's own state.

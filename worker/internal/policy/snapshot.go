@@ -46,8 +46,9 @@ type Snapshot struct {
 	// backend; Pulling is set while a pull has messages outstanding.
 	Size, Taken, Generating int
 	Pulling                 bool
-	// Paused is set while the worker pulls from no run (see Pause).
-	Paused bool
+	// Holds are the worker's own holds (stopping, its breaker, a full
+	// store), the same for every run; each lane has the run's.
+	Holds Holds
 	// Load is the backend's own load, when it was asked for.
 	Load LoadReading
 	// Pace is what this worker's own requests have shown of its speed.
@@ -57,6 +58,10 @@ type Snapshot struct {
 	// Lanes are the runs served, in the worker's order.
 	Lanes []Lane
 }
+
+// Pause is what holds the worker from lane i's run: its own holds and
+// the run's (see Holds.Pause).
+func (s Snapshot) Pause(i int) Pause { return s.Holds.With(s.Lanes[i].Holds).Pause() }
 
 // LoadReading is a reading of the backend's own load: Load when it was
 // read, Err when it could not be (both nil when it was not asked for).
@@ -185,8 +190,10 @@ type Lane struct {
 	MaxDeliver int
 	// Peers is what the run's other workers said in their heartbeats.
 	Peers Peers
-	// TailHold and ConsumerFull are the lane's state as last applied.
-	TailHold, ConsumerFull bool
+	// Holds are the run's own holds (paused, gone, held back), and
+	// ConsumerFull its consumer-full state, as last applied.
+	Holds        Holds
+	ConsumerFull bool
 	// Consumer is the run's consumer as read for this decision; nil when
 	// it was not read (see Reads) or could not be.
 	Consumer *Consumer

@@ -81,7 +81,8 @@ func configOut(c policy.Config) goldenConfig {
 // snapOut is s's record, last being the flights of the snapshot before
 // in the sequence; it returns this one's.
 func snapOut(c goldenClock, s policy.Snapshot, last goldenFlights) (goldenSnap, goldenFlights) {
-	g := goldenSnap{Now: c.ns(s.Now), Size: s.Size, Taken: s.Taken, Generating: s.Generating, Pulling: s.Pulling, Paused: s.Paused,
+	g := goldenSnap{Now: c.ns(s.Now), Size: s.Size, Taken: s.Taken, Generating: s.Generating, Pulling: s.Pulling, Paused: s.Holds.Pause().Paused,
+		Stopping: s.Holds.Stopping, StoreFull: s.Holds.StoreFull, Breaker: s.Holds.Breaker,
 		Load: loadOut(s.Load.Load), NotServed: s.Load.NotServed, CannotRead: s.Load.NoReader,
 		Latency: int64(s.Pace.Latency), LeastTTFT: int64(s.Pace.LeastTTFT), Tokens: s.Pace.Tokens}
 	if s.Load.Err != nil && !s.Load.NoReader {
@@ -89,7 +90,8 @@ func snapOut(c goldenClock, s policy.Snapshot, last goldenFlights) (goldenSnap, 
 	}
 	for _, l := range s.Lanes {
 		gl := goldenLane{MaxDeliver: l.MaxDeliver, PeersFree: l.Peers.Free, PeerWorkers: l.Peers.Workers, PeerWindows: l.Peers.Windows,
-			TailHold: l.TailHold, ConsumerFull: l.ConsumerFull, Hedges: l.Hedges,
+			TailHold: l.Holds.TailHold, HintHold: l.Holds.HintHold, RunPaused: l.Holds.RunPaused, RunGone: l.Holds.RunGone,
+			ConsumerFull: l.ConsumerFull, Hedges: l.Hedges,
 			HintError: jf(l.HintError), NextHint: l.NextHint, MeanHint: jf(l.MeanHint), Bounced: l.Bounced}
 		if len(l.Lengths) > 0 {
 			gl.Lengths = deltas(l.Lengths)

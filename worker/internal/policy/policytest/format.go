@@ -47,14 +47,20 @@ type goldenConfig struct {
 }
 
 type goldenSnap struct {
-	Now        int64       `json:"now"`
-	Size       int         `json:"size"`
-	Taken      int         `json:"taken"`
-	Generating int         `json:"generating"`
-	Pulling    bool        `json:"pulling,omitempty"`
-	Paused     bool        `json:"paused,omitempty"`
-	Load       *goldenLoad `json:"load,omitempty"`
-	LoadErr    string      `json:"load_err,omitempty"`
+	Now        int64 `json:"now"`
+	Size       int   `json:"size"`
+	Taken      int   `json:"taken"`
+	Generating int   `json:"generating"`
+	Pulling    bool  `json:"pulling,omitempty"`
+	// Paused: the worker's own holds keep it from every run (the only
+	// thing first recordings knew of them); Stopping, StoreFull and
+	// Breaker say which.
+	Paused    bool        `json:"paused,omitempty"`
+	Stopping  bool        `json:"stopping,omitempty"`
+	StoreFull bool        `json:"store_full,omitempty"`
+	Breaker   string      `json:"breaker,omitempty"`
+	Load      *goldenLoad `json:"load,omitempty"`
+	LoadErr   string      `json:"load_err,omitempty"`
 	// NotServed: the backend serves no load metrics; CannotRead: it has
 	// no way to read them.
 	NotServed  bool  `json:"not_served,omitempty"`
@@ -78,6 +84,9 @@ type goldenLane struct {
 	PeerWorkers  int             `json:"peer_workers,omitempty"`
 	PeerWindows  int             `json:"peer_windows,omitempty"`
 	TailHold     bool            `json:"tail_hold,omitempty"`
+	HintHold     bool            `json:"hint_hold,omitempty"`
+	RunPaused    bool            `json:"run_paused,omitempty"`
+	RunGone      bool            `json:"run_gone,omitempty"`
 	ConsumerFull bool            `json:"consumer_full,omitempty"`
 	Consumer     *goldenConsumer `json:"consumer,omitempty"`
 	Hedgeable    []goldenPeerFl  `json:"hedgeable,omitempty"`

@@ -133,9 +133,13 @@ func configIn(g goldenConfig) policy.Config {
 // snapIn is a record's snapshot, last being the flights of the snapshot
 // before in the sequence; it returns this one's.
 func snapIn(c goldenClock, g goldenSnap, last goldenFlights) (policy.Snapshot, goldenFlights, error) {
-	s := policy.Snapshot{Now: c.at(g.Now), Size: g.Size, Taken: g.Taken, Generating: g.Generating, Pulling: g.Pulling, Paused: g.Paused,
-		Load: policy.LoadReading{Load: loadIn(g.Load), NotServed: g.NotServed, NoReader: g.CannotRead},
-		Pace: policy.PaceReading{Latency: time.Duration(g.Latency), LeastTTFT: time.Duration(g.LeastTTFT), Tokens: g.Tokens}}
+	s := policy.Snapshot{Now: c.at(g.Now), Size: g.Size, Taken: g.Taken, Generating: g.Generating, Pulling: g.Pulling,
+		Holds: policy.Holds{Stopping: g.Stopping, StoreFull: g.StoreFull, Breaker: g.Breaker},
+		Load:  policy.LoadReading{Load: loadIn(g.Load), NotServed: g.NotServed, NoReader: g.CannotRead},
+		Pace:  policy.PaceReading{Latency: time.Duration(g.Latency), LeastTTFT: time.Duration(g.LeastTTFT), Tokens: g.Tokens}}
+	if g.Paused && !s.Holds.Pause().Paused {
+		s.Holds.Breaker = "paused" // a first recording's: paused, for a reason it did not keep
+	}
 	switch {
 	case g.CannotRead:
 		s.Load.Err = errors.New(policy.NoMetricsReader)
@@ -143,7 +147,8 @@ func snapIn(c goldenClock, g goldenSnap, last goldenFlights) (policy.Snapshot, g
 		s.Load.Err = errors.New(g.LoadErr)
 	}
 	for _, gl := range g.Lanes {
-		l := policy.Lane{MaxDeliver: gl.MaxDeliver, TailHold: gl.TailHold, ConsumerFull: gl.ConsumerFull, Hedges: gl.Hedges,
+		l := policy.Lane{MaxDeliver: gl.MaxDeliver, ConsumerFull: gl.ConsumerFull, Hedges: gl.Hedges,
+			Holds:   policy.Holds{TailHold: gl.TailHold, HintHold: gl.HintHold, RunPaused: gl.RunPaused, RunGone: gl.RunGone},
 			Lengths: undeltas(gl.Lengths), HintError: float64(gl.HintError), NextHint: gl.NextHint, MeanHint: float64(gl.MeanHint), Bounced: gl.Bounced,
 			Peers: policy.Peers{Free: gl.PeersFree, Workers: gl.PeerWorkers, Windows: gl.PeerWindows}}
 		for _, o := range gl.Others {
