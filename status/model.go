@@ -169,13 +169,23 @@ type Worker struct {
 	Hedges    int64 `json:"hedges,omitempty"`
 	HedgesWon int64 `json:"hedges_won,omitempty"`
 	// Paused says why the worker had stopped pulling; empty when it had
-	// not.
+	// not. Holding says, when it had not, why it held back from the
+	// run's prompts: near the end of the run for faster workers
+	// (HoldingTail), or from length hints too long for its server
+	// (HoldingHints); empty while it pulled them.
 	Paused    string `json:"paused,omitempty"`
+	Holding   string `json:"holding,omitempty"`
 	Heartbeat Age    `json:"heartbeat"`
 	// BackInSec is, for a worker gone silent without stopping, the time
 	// until the prompts it held are back in the queue; -1 otherwise.
 	BackInSec float64 `json:"back_in_sec"`
 }
+
+// Why a worker holds back from a run's prompts (Worker.Holding).
+const (
+	HoldingTail  = "near the end of the run, the other workers finish the prompts left sooner"
+	HoldingHints = "the prompts next in the queue have length hints too long for its server"
+)
 
 // Line is one run in the list of every run.
 type Line struct {

@@ -128,6 +128,8 @@ func workerState(wk Worker) string {
 		return "STALE (no heartbeat for " + Duration(wk.Heartbeat.AgeSec) + ")" + hedges
 	case wk.Paused != "":
 		return "paused: " + wk.Paused + hedges
+	case wk.Holding != "":
+		return "holding back: " + wk.Holding + hedges
 	}
 	return "ok" + hedges
 }

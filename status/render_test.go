@@ -179,3 +179,16 @@ func TestWriteRunSaysWhatWillNeverCome(t *testing.T) {
 		t.Errorf("status does not name the unwritten lines:\n%s", b.String())
 	}
 }
+
+// A worker that holds back says so, and why, in its state.
+func TestWriteRunShowsHolds(t *testing.T) {
+	st := fixedRun()
+	st.Workers[0].Holding = status.HoldingHints
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "holding back: "+status.HoldingHints) {
+		t.Errorf("the holding worker's line does not say so:\n%s", b.String())
+	}
+}

@@ -103,11 +103,16 @@ func workerOf(hb heartbeat, now time.Time, staleAfter time.Duration) Worker {
 		DeadLettered: hb.DeadLettered, Retried: hb.Retried, Heartbeat: age(hb.at, now, staleAfter),
 		Hedges: hb.Hedges, HedgesWon: hb.HedgesWon,
 	}
-	if hb.Paused {
+	switch {
+	case hb.Paused:
 		w.Paused = hb.PausedReason
 		if w.Paused == "" {
 			w.Paused = "no reason given"
 		}
+	case hb.TailHold:
+		w.Holding = HoldingTail
+	case hb.HintHold:
+		w.Holding = HoldingHints
 	}
 	return w
 }

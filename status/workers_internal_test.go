@@ -18,3 +18,29 @@ func TestNewestPerSubject(t *testing.T) {
 		t.Errorf("newestPerSubject = %+v, want a at 3s then b at 2s", got)
 	}
 }
+
+// A worker that holds back from the run's prompts, for the tail or for
+// the hints, says so; a pause says more than a hold.
+func TestWorkerHolding(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name                    string
+		paused, tail, hint      bool
+		wantPaused, wantHolding string
+	}{
+		{"pulling", false, false, false, "", ""},
+		{"the tail", false, true, false, "", HoldingTail},
+		{"the hints", false, false, true, "", HoldingHints},
+		{"paused and holding", true, true, false, "stopping", ""},
+	} {
+		hb := heartbeat{at: now}
+		hb.Worker, hb.Paused, hb.TailHold, hb.HintHold = "w", c.paused, c.tail, c.hint
+		if c.paused {
+			hb.PausedReason = "stopping"
+		}
+		w := workerOf(hb, now, time.Minute)
+		if w.Paused != c.wantPaused || w.Holding != c.wantHolding {
+			t.Errorf("%s: paused %q, holding %q; want %q, %q", c.name, w.Paused, w.Holding, c.wantPaused, c.wantHolding)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func (r *reporter) heartbeat(l *lane) schema.Heartbeat {
 		Window: size, InFlight: int(l.n.held.Load()), FreeSlots: &free,
 		TokensStreamed: l.n.tokens.Load(), Completed: l.n.completed.Load(),
 		DeadLettered: l.n.deadLettered.Load(), Retried: l.n.retried.Load(),
-		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(),
+		InterimTurns: int(l.n.interimTurns.Load()), TailHold: l.tailHold.Load(), HintHold: l.hintHold.Load(),
 		ConsumerFull: l.consumerFull.Load(),
 		Hedgeable:    r.hedges.hedgeable(l, time.Now()),
 		Hedges:       l.n.hedges.Load(), HedgesWon: l.n.hedgesWon.Load(), HedgedTokens: l.n.hedgedTokens.Load(),
