@@ -21,6 +21,7 @@ import (
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // browserNames are the names a Chromium-based browser goes by.
@@ -172,7 +173,7 @@ func TestBrowserFollowsRun(t *testing.T) {
 		sum, err := pipeline.Run(runCtx, pipeline.Config{
 			Run: run, PromptsFile: path, DataDir: t.TempDir(),
 			Sim:     simulator.Config{Speed: 25, OutputMedian: 200, MaxNumSeqs: 32},
-			Workers: 2, Window: 16, Grace: 100 * time.Millisecond,
+			Workers: 2, Worker: worker.Config{Window: 16, Grace: 100 * time.Millisecond},
 			EventInterval: 250 * time.Millisecond, Observer: page,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		})

@@ -12,6 +12,7 @@ import (
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // Fed by a real run's aggregator, the page holds the run's final numbers,
@@ -34,7 +35,7 @@ func TestPageFedByAggregator(t *testing.T) {
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: run, PromptsFile: path, DataDir: t.TempDir(),
 		Sim:     simulator.Config{Speed: 2000, OutputMedian: 150, MaxNumSeqs: 64},
-		Workers: 2, Window: 16, Grace: 100 * time.Millisecond,
+		Workers: 2, Worker: worker.Config{Window: 16, Grace: 100 * time.Millisecond},
 		EventInterval: 50 * time.Millisecond, Observer: page,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/pipeline"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // instantLLM answers every request at once with a short streamed answer:
@@ -59,7 +60,7 @@ func BenchmarkEndToEndZeroLatency(b *testing.B) {
 		rate := func(sync time.Duration) float64 {
 			cfg := pipeline.Config{
 				Run: fmt.Sprintf("zero%d", i), PromptsFile: prompts, DataDir: b.TempDir(),
-				Backend: llm.URL, Model: "m", Workers: workers, Window: window, NATSSyncInterval: sync,
+				Backend: llm.URL, Model: "m", Workers: workers, Worker: worker.Config{Window: window}, NATSSyncInterval: sync,
 				EventInterval: 100 * time.Millisecond, Logger: quiet,
 			}
 			start := time.Now()
@@ -181,7 +182,7 @@ func BenchmarkSimulatorFraction(b *testing.B) {
 		aerieSide := func() {
 			cfg := pipeline.Config{
 				Run: fmt.Sprintf("frac%d", i), PromptsFile: prompts, DataDir: b.TempDir(),
-				Sim: simCfg, Workers: 1, Window: window, EventInterval: time.Second, Logger: quiet,
+				Sim: simCfg, Workers: 1, Worker: worker.Config{Window: window}, EventInterval: time.Second, Logger: quiet,
 			}
 			sum, err := pipeline.Run(context.Background(), cfg)
 			if err != nil || !sum.Done {

@@ -25,7 +25,7 @@ func TestRunLongestFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config(t, "hinted", path)
-	cfg.Workers, cfg.Window = 1, 1
+	cfg.Workers, cfg.Worker.Window = 1, 1
 	sum, err := pipeline.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

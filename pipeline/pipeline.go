@@ -30,6 +30,7 @@ import (
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // Config configures an all-in-one run.
@@ -57,29 +58,14 @@ type Config struct {
 	ContextReasoning string
 	Samples          int
 	ReturnTokenIDs   bool
-	// Workers and Window: defaults 1 and worker.DefaultWindow.
+	// Workers is how many workers run, 1 when zero, each configured by
+	// Worker: its window, grace, hand-back, hedging and yield settings as
+	// aerie work takes them. Its Run, Runs and AllRuns are the run's,
+	// Metrics and Logger the pipeline's, and its Speed the built-in
+	// simulator's (see worker.Config.Speed); its PullWait, when zero, is
+	// short (see pullWait).
 	Workers int
-	Window  int
-	Grace   time.Duration
-
-	// AutoWindow, MaxWindow, WindowPoll and HandBackAfter are each
-	// worker's settings of the same names in worker.Config: zero values
-	// keep Window fixed and take the worker's defaults (the poll and the
-	// wait scaled by the built-in simulator's speed).
-	AutoWindow    bool
-	MaxWindow     int
-	WindowPoll    time.Duration
-	HandBackAfter time.Duration
-	// HedgeOff and HedgeMax are each worker's settings of the same names
-	// in worker.Config: hedging on by default, as many as slots are free.
-	HedgeOff bool
-	HedgeMax int
-	// YieldToServing, ServingTTFTSLO and BatchPriority are each worker's
-	// settings of the same names in worker.Config: off by default, for a
-	// backend that takes no interactive traffic.
-	YieldToServing bool
-	ServingTTFTSLO time.Duration
-	BatchPriority  int
+	Worker  worker.Config
 
 	// NATSSyncInterval is how often the embedded server flushes to disk;
 	// zero means fsync before every acknowledgement (see broker.Config).

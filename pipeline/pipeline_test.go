@@ -19,6 +19,7 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
 	"github.com/aerie-dev/aerie/simulator/simtest"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -41,7 +42,7 @@ func config(t *testing.T, run, prompts string) pipeline.Config {
 	return pipeline.Config{
 		Run: run, PromptsFile: prompts, DataDir: t.TempDir(),
 		Sim:     simulator.Config{Speed: 2000, OutputMedian: 150, MaxNumSeqs: 64},
-		Workers: 2, Window: 16, Grace: 100 * time.Millisecond,
+		Workers: 2, Worker: worker.Config{Window: 16, Grace: 100 * time.Millisecond},
 		EventInterval: 50 * time.Millisecond, Logger: quiet,
 	}
 }

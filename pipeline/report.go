@@ -34,10 +34,10 @@ func writeReport(cfg Config, dir string, be *backend, log *slog.Logger) string {
 }
 
 func windowText(cfg Config) string {
-	if cfg.AutoWindow {
-		return "auto, at most " + strconv.Itoa(cmp.Or(cfg.MaxWindow, worker.DefaultMaxWindow))
+	if w := cfg.Worker; w.AutoWindow {
+		return "auto, at most " + strconv.Itoa(cmp.Or(w.MaxWindow, worker.DefaultMaxWindow))
 	}
-	return strconv.Itoa(cmp.Or(cfg.Window, worker.DefaultWindow))
+	return strconv.Itoa(cmp.Or(cfg.Worker.Window, worker.DefaultWindow))
 }
 
 // backendName is a backend URL without what may be secret in it: user

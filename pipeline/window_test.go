@@ -11,7 +11,7 @@ import (
 // their windows from its metrics (at most MaxWindow) and the run is done.
 func TestAutoWindowRun(t *testing.T) {
 	cfg := config(t, "auto", promptsFile(t, 300))
-	cfg.AutoWindow, cfg.MaxWindow = true, 24
+	cfg.Worker.AutoWindow, cfg.Worker.MaxWindow = true, 24
 	sum, err := pipeline.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

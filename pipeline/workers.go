@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,13 +50,7 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 		if err == nil {
 			conns = append(conns, nc)
 			var w *worker.Worker
-			if w, err = worker.New(worker.Config{
-				Run: cfg.Run, Window: cfg.Window, AutoWindow: cfg.AutoWindow, MaxWindow: cfg.MaxWindow,
-				WindowPoll: scaled(cfg, cfg.WindowPoll, worker.DefaultWindowPoll), HandBackAfter: scaled(cfg, cfg.HandBackAfter, worker.DefaultHandBackAfter),
-				Grace: cfg.Grace, PullWait: pullWait, Metrics: reg, Logger: log,
-				YieldToServing: cfg.YieldToServing, ServingTTFTSLO: cfg.ServingTTFTSLO, BatchPriority: cfg.BatchPriority,
-				HedgeOff: cfg.HedgeOff, HedgeMax: cfg.HedgeMax,
-			}, js, client); err == nil {
+			if w, err = worker.New(workerConfig(cfg, reg, log), js, client); err == nil {
 				ws.all = append(ws.all, w)
 			}
 		}
@@ -86,15 +81,20 @@ func startWorkers(ctx context.Context, srv *broker.Server, cfg Config, client *o
 	return ws, nil
 }
 
-// scaled is d, or when zero def, shortened by the built-in simulator's
-// speed: against a simulator running 200 times faster than wall time a
-// worker reads its load and hands back the tail 200 times as often, at
-// most every 10ms. A real backend runs at wall time.
-func scaled(cfg Config, d, def time.Duration) time.Duration {
-	if d != 0 || cfg.Backend != "" || cfg.Sim.Speed <= 1 {
-		return d
+// workerConfig is the configuration of each of cfg's workers: its own,
+// for the run, with the pipeline's metrics registry and logger, a short
+// pull wait unless it sets one, and, against the built-in simulator, the
+// simulator's speed, so that a worker reads its load and hands back the
+// tail as often, in the simulator's time, as against a real server.
+func workerConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) worker.Config {
+	wc := cfg.Worker
+	wc.Run, wc.Runs, wc.AllRuns = cfg.Run, nil, false
+	wc.Metrics, wc.Logger = reg, log
+	wc.PullWait = cmp.Or(wc.PullWait, pullWait)
+	if cfg.Backend == "" {
+		wc.Speed = cfg.Sim.Speed
 	}
-	return max(time.Duration(float64(def)/cfg.Sim.Speed), 10*time.Millisecond)
+	return wc
 }
 
 // wait waits until every worker has returned.

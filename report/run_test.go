@@ -15,6 +15,7 @@ import (
 	"github.com/aerie-dev/aerie/report"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/worker"
 )
 
 // countLines counts the non-blank lines of a file.
@@ -57,7 +58,7 @@ func TestReportOfARun(t *testing.T) {
 		Sim: simulator.Config{Speed: 2000, OutputMedian: 150, MaxNumSeqs: 64,
 			Faults: simulator.Faults{Rate400: 0.1}},
 		Params:  schema.Params{MaxTokens: 300},
-		Workers: 2, Window: 16, Grace: 100 * time.Millisecond,
+		Workers: 2, Worker: worker.Config{Window: 16, Grace: 100 * time.Millisecond},
 		EventInterval: 50 * time.Millisecond,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

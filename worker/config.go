@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"time"
 
@@ -99,6 +100,13 @@ type Config struct {
 	// metrics; zero means DefaultWindowPoll. A sped-up simulator needs it
 	// shorter by its speed.
 	WindowPoll time.Duration
+	// Speed is how many times as fast as wall time the backend's time
+	// runs: that of aerie run's built-in simulator at --sim-speed. The
+	// defaults of WindowPoll and HandBackAfter are that many times
+	// shorter, down to 10 ms, so that the worker reads the backend's
+	// load and hands back the tail as often, in the backend's time, as
+	// against a real server. Zero, or 1 or less, is wall time.
+	Speed float64
 	// YieldToServing shares the backend with interactive requests (see
 	// policy.YieldPolicy): every request carries vLLM's priority BatchPriority, and
 	// the window is capped while requests that are not the worker's wait
@@ -187,7 +195,7 @@ func (c Config) withDefaults() Config {
 		c.Window = min(c.Window, c.MaxWindow)
 	}
 	if c.WindowPoll == 0 {
-		c.WindowPoll = DefaultWindowPoll
+		c.WindowPoll = c.inBackendTime(DefaultWindowPoll)
 	}
 	if c.ServingTTFTSLO == 0 {
 		c.ServingTTFTSLO = DefaultServingTTFTSLO
@@ -196,7 +204,7 @@ func (c Config) withDefaults() Config {
 		c.BatchPriority = DefaultBatchPriority
 	}
 	if c.HandBackAfter == 0 {
-		c.HandBackAfter = DefaultHandBackAfter
+		c.HandBackAfter = c.inBackendTime(DefaultHandBackAfter)
 	}
 	if c.BreakerThreshold == 0 {
 		c.BreakerThreshold = DefaultBreakerThreshold
@@ -205,6 +213,14 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// inBackendTime is d of the backend's time in wall time (see Speed).
+func (c Config) inBackendTime(d time.Duration) time.Duration {
+	if c.Speed <= 1 {
+		return d
+	}
+	return max(time.Duration(float64(d)/c.Speed), 10*time.Millisecond)
 }
 
 // policy is what the pull decision depends on of c, whose defaults are
@@ -252,8 +268,11 @@ func (c Config) Validate() error {
 			set++
 		}
 	}
-	if set != 1 {
-		return errors.New("worker: give exactly one of a run, a list of runs, or all runs")
+	switch {
+	case set == 0:
+		return errors.New("--run is required: name the run (e.g. --run kimi-k25-25k), or serve several with --runs A,B or --all-runs")
+	case set > 1:
+		return errors.New("give one of --run, --runs and --all-runs: a worker serves one run, the runs listed, or every run")
 	}
 	if c.ExitWhenDone && c.Run == "" {
 		return errors.New("worker: exiting when done needs one run (--run): a worker of several runs, or of all, serves runs yet to come")
@@ -278,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if c.HedgeMax < 0 {
 		return fmt.Errorf("worker: the most hedges at once must be positive (zero: as many as slots are free), got %d", c.HedgeMax)
+	}
+	if c.Speed < 0 || math.IsNaN(c.Speed) || math.IsInf(c.Speed, 0) {
+		return fmt.Errorf("worker: the backend's speed must be a number of 0 or more, got %v", c.Speed)
 	}
 	if c.Grace < 0 || c.WindowPoll < 0 || c.Heartbeat < 0 || c.PullWait < 0 || c.RetryBase < 0 || c.RetryMax < 0 || c.OutageRetry < 0 || c.BreakerThreshold < 0 {
 		return errors.New("worker: durations must not be negative")

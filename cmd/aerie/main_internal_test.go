@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -23,31 +24,44 @@ func TestWithoutOwnName(t *testing.T) {
 	}
 }
 
-func TestWorkerRuns(t *testing.T) {
+func TestListedRuns(t *testing.T) {
 	for _, c := range []struct {
-		run, list string
-		all       bool
-		want      []string
-		err       string
+		list string
+		want []string
+		err  string
 	}{
-		{run: "a"},
+		{list: ""},
 		{list: "a, b,,c", want: []string{"a", "b", "c"}},
-		{all: true},
-		{err: "--run is required"},
-		{run: "a", all: true, err: "one of --run, --runs and --all-runs"},
-		{run: "a", list: "b", err: "one of --run, --runs and --all-runs"},
 		{list: "a,b.c", err: "--runs: run name \"b.c\" is not valid"},
-		{run: "a b", err: "not valid"},
 	} {
-		got, err := workerRuns(c.run, c.list, c.all)
+		got, err := listedRuns(c.list)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("workerRuns(%q, %q, %v) error %v, want one saying %q", c.run, c.list, c.all, err, c.err)
+				t.Errorf("listedRuns(%q) error %v, want one saying %q", c.list, err, c.err)
 			}
 			continue
 		}
 		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("workerRuns(%q, %q, %v) = %v, %v; want %v", c.run, c.list, c.all, got, err, c.want)
+			t.Errorf("listedRuns(%q) = %v, %v; want %v", c.list, got, err, c.want)
+		}
+	}
+}
+
+// aerie work serves exactly one of --run, --runs and --all-runs: the
+// worker's configuration says so, in the flags' words.
+func TestWorkRunChoice(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{nil, "--run is required"},
+		{[]string{"--run", "a", "--all-runs"}, "one of --run, --runs and --all-runs"},
+		{[]string{"--run", "a", "--runs", "b"}, "one of --run, --runs and --all-runs"},
+		{[]string{"--run", "a b"}, "not valid"},
+	} {
+		err := cmdWork(context.Background(), c.args)
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("aerie work %v: error %v, want one saying %q", c.args, err, c.err)
 		}
 	}
 }

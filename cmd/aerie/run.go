@@ -23,9 +23,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	bf := addBackendFlags(fs, "", "empty: the built-in simulator (--sim-* flags)")
 	backendWait := addBackendWaitFlag(fs)
 	workers := fs.Int("workers", 1, "workers in this process")
-	window := addWorkerWindowFlags(fs)
-	yield := addYieldFlags(fs)
-	grace := addGraceFlag(fs)
+	wf := addWorkerFlags(fs)
 	listen := fs.String("nats-listen", "", "embedded NATS server host:port (default 127.0.0.1, random port; the URL is logged)")
 	skip := fs.Bool("skip-invalid", false, "queue the valid lines even if some are invalid")
 	order := addOrderFlag(fs)
@@ -49,10 +47,8 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err := sf.check(); err != nil {
 		return err
 	}
-	if err := window.check(); err != nil {
-		return err
-	}
-	if err := yield.check(); err != nil {
+	wc, err := wf.config()
+	if err != nil {
 		return err
 	}
 	key, err := bf.apiKey()
@@ -107,10 +103,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Backend: bf.url, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
-		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max,
-		WindowPoll: window.poll, HandBackAfter: window.handBack(), Grace: *grace, NATSListen: *listen,
-		HedgeOff: window.hedge == "off", HedgeMax: window.hedgeMax,
-		YieldToServing: yield.on, ServingTTFTSLO: yield.slo, BatchPriority: yield.priority,
+		Workers: *workers, Worker: wc, NATSListen: *listen,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip, Order: *order,
 		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
@@ -118,8 +111,8 @@ func cmdRun(ctx context.Context, args []string) error {
 			return doctor.Preflight(ctx, doctor.Config{
 				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
 				BackendWait: bwait, Log: log,
-				DataDir: *dataDir, Workers: *workers, Window: window.size, ReturnTokenIDs: sf.returnTokenIDs,
-				YieldToServing: yield.on, BatchPriority: yield.priority,
+				DataDir: *dataDir, Workers: *workers, Window: wc.Window, ReturnTokenIDs: sf.returnTokenIDs,
+				YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority,
 			})
 		},
 	})

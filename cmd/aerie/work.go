@@ -25,9 +25,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
 	backendWait := addBackendWaitFlag(fs)
-	window := addWorkerWindowFlags(fs)
-	yield := addYieldFlags(fs)
-	grace := addGraceFlag(fs)
+	wf := addWorkerFlags(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
 	firstToken := fs.Duration("first-token-timeout", openai.DefaultFirstTokenTimeout, "a request fails (and is tried again) when its first token has not come this long after it was sent; generous, since vLLM queues requests behind a full batch")
 	idle := fs.Duration("idle-timeout", openai.DefaultIdleTimeout, "a request fails (and is tried again) when the server sends nothing for this long after its first token; a long answer that keeps streaming never does")
@@ -40,14 +38,16 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	runs, err := workerRuns(*run, *runList, *allRuns)
+	runs, err := listedRuns(*runList)
 	if err != nil {
 		return err
 	}
-	if err := window.check(); err != nil {
+	wc, err := wf.config()
+	if err != nil {
 		return err
 	}
-	if err := yield.check(); err != nil {
+	wc.Run, wc.Runs, wc.AllRuns, wc.ExitWhenDone, wc.Name = *run, runs, *allRuns, *exitWhenDone, *name
+	if err := wc.Validate(); err != nil {
 		return err
 	}
 	key, err := bf.apiKey()
@@ -71,7 +71,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	if err := preflightWorker(ctx, nf, *run, bf.url, key, bwait, window.size, yield, log); err != nil {
+	if err := preflightWorker(ctx, nf, wc, bf.url, key, bwait, log); err != nil {
 		return err
 	}
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
@@ -79,9 +79,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	wc := worker.Config{Run: *run, Runs: runs, AllRuns: *allRuns, ExitWhenDone: *exitWhenDone, Name: *name, Grace: *grace, Metrics: reg, Logger: log}
-	window.apply(&wc)
-	yield.apply(&wc)
+	wc.Metrics, wc.Logger = reg, log
 	w, err := worker.New(wc, js, client)
 	if err != nil {
 		return err
@@ -89,9 +87,10 @@ func cmdWork(ctx context.Context, args []string) error {
 	return w.Run(ctx)
 }
 
-// workerRuns checks that exactly one of --run, --runs and --all-runs is
-// given and returns the runs of --runs.
-func workerRuns(run, list string, all bool) ([]string, error) {
+// listedRuns returns the runs of --runs, a comma-separated list; which
+// of --run, --runs and --all-runs is given is worker.Config.Validate's
+// to check.
+func listedRuns(list string) ([]string, error) {
 	var runs []string
 	for _, r := range strings.Split(list, ",") {
 		if r = strings.TrimSpace(r); r != "" {
@@ -101,20 +100,6 @@ func workerRuns(run, list string, all bool) ([]string, error) {
 			runs = append(runs, r)
 		}
 	}
-	given := 0
-	for _, b := range []bool{run != "", len(runs) > 0, all} {
-		if b {
-			given++
-		}
-	}
-	switch {
-	case given == 0:
-		return nil, errors.New("--run is required: name the run (e.g. --run kimi-k25-25k), or serve several with --runs A,B or --all-runs")
-	case given > 1:
-		return nil, errors.New("give one of --run, --runs and --all-runs")
-	case run != "":
-		return nil, requireRun(run)
-	}
 	return runs, nil
 }
 
@@ -122,14 +107,14 @@ func workerRuns(run, list string, all bool) ([]string, error) {
 // that what can be seen at T+0 is reported at T+0. A backend that is not
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
-func preflightWorker(ctx context.Context, nf *natsFlags, run, backend, key string, backendWait time.Duration, window int, yield *yieldFlags, log *slog.Logger) error {
+func preflightWorker(ctx context.Context, nf *natsFlags, wc worker.Config, backend, key string, backendWait time.Duration, log *slog.Logger) error {
 	natsOpts, err := nf.authOptions()
 	if err != nil {
 		return err
 	}
 	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: backendWait, Log: log,
-		Role: auth.Worker, Run: run, Backend: backend, APIKey: key, Window: window,
-		YieldToServing: yield.on, BatchPriority: yield.priority})
+		Role: auth.Worker, Run: wc.Run, Backend: backend, APIKey: key, Window: wc.Window,
+		YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err
