@@ -13,6 +13,9 @@ import (
 // commands that run workers, --max-window, --window-poll and
 // --hand-back-after.
 type windowFlags struct {
+	// fs is the flag set they are declared in, which tells the flags
+	// given from those left at their defaults.
+	fs            *flag.FlagSet
 	size          int
 	auto          bool
 	max           int
@@ -57,9 +60,10 @@ func addWindowFlag(fs *flag.FlagSet) *windowFlags {
 // window: --max-window, --window-poll and --hand-back-after.
 func addWorkerWindowFlags(fs *flag.FlagSet) *windowFlags {
 	f := addWindowFlag(fs)
+	f.fs = fs
 	fs.IntVar(&f.max, "max-window", worker.DefaultMaxWindow, "with --window auto, the most requests a worker may have in flight")
-	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read")
-	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's shortest time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back")
+	fs.DurationVar(&f.poll, "window-poll", worker.DefaultWindowPoll, "with --window auto, how often the backend's /metrics are read (against aerie run's built-in simulator, the default is shorter by --sim-speed)")
+	fs.DurationVar(&f.handBackAfter, "hand-back-after", worker.DefaultHandBackAfter, "at the end of a run, a request that has waited this long (and at least 3 times the backend's shortest time to first token) without a first token is handed back for an idle worker of the run; 0 never hands back (against aerie run's built-in simulator, the default is shorter by --sim-speed)")
 	fs.StringVar(&f.hedge, "hedge", "auto", "auto: once the run has nothing left to deliver, a worker with free slots sends a second copy of a request that a worker at least 1.5 times slower per request has run for longer than this one would take for the whole answer; the first answer stored is kept and the other copy cancelled. off: never")
 	fs.IntVar(&f.hedgeMax, "hedge-max", 0, "with --hedge auto, the most hedges a worker runs at once; 0: as many as its window has free slots")
 	return f
@@ -87,15 +91,27 @@ func (f *windowFlags) check() error {
 	return nil
 }
 
-// apply sets cfg's window fields from the flags. The flag's 0 for
-// --hand-back-after (never) is worker.Config's negative.
+// apply sets cfg's window fields from the flags. --window-poll and
+// --hand-back-after, when not given, leave the worker its defaults,
+// which it shortens against a sped-up simulator (worker.Config.Speed);
+// the flag's 0 for --hand-back-after (never) is worker.Config's negative.
 func (f *windowFlags) apply(cfg *worker.Config) {
-	cfg.Window, cfg.AutoWindow, cfg.MaxWindow, cfg.WindowPoll = f.size, f.auto, f.max, f.poll
-	cfg.HandBackAfter = f.handBackAfter
-	if f.handBackAfter == 0 {
-		cfg.HandBackAfter = -1
-	}
+	cfg.Window, cfg.AutoWindow, cfg.MaxWindow = f.size, f.auto, f.max
 	cfg.HedgeOff, cfg.HedgeMax = f.hedge == "off", f.hedgeMax
+	given := map[string]bool{}
+	if f.fs != nil {
+		f.fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	}
+	if given["window-poll"] {
+		cfg.WindowPoll = f.poll
+	}
+	switch {
+	case !given["hand-back-after"]:
+	case f.handBackAfter == 0:
+		cfg.HandBackAfter = -1
+	default:
+		cfg.HandBackAfter = f.handBackAfter
+	}
 }
 
 // yieldFlags are a worker's flags for sharing its server with
