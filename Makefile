@@ -108,7 +108,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAny$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./inspect/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnquote$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
-	$(GO) test -run '^$$' -fuzz '^FuzzExportLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/
+	$(GO) test -run '^$$' -fuzz '^FuzzExportLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./export/
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./openai/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./dataset/lineindex/
 
@@ -164,7 +164,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl natscli
 	$(GO) test -run '^$$' -bench '^BenchmarkBrokerFloor$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	$(GO) test -run '^$$' -bench '^BenchmarkMillion$$' -benchtime 1x -timeout 60m ./aggregator/
 	AERIE_RSS_PRODUCE=1000000 $(GO) test -count=1 -v -run '^TestProducePeakRSS$$' -timeout 30m ./cmd/aerie/
-	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./dataset/
+	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./export/
 
 $(DATA)/demo-25k-turns/completions.jsonl:
 	$(MAKE) run TURNS=all RUN=demo-25k-turns PROMPTS=25000 DATA=$(DATA)

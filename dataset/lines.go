@@ -114,7 +114,8 @@ func (lr *LineReader) Line() int { return lr.line }
 // returned, the offset just past its line ending.
 func (lr *LineReader) Offset() int64 { return lr.bytes }
 
-var errNoID = errors.New(`no id: the line has no "id" field`)
+// ErrNoID is the error of an output line without an id.
+var ErrNoID = errors.New(`no id: the line has no "id" field`)
 
 // LineUnit returns the unit of a JSON object line (an output line of
 // aerie's, or a failed.jsonl line given as an ids file): its "id", read
@@ -151,20 +152,20 @@ func LineUnit(line []byte) (u schema.Unit, hasSample bool, err error) {
 			}
 			hasID = true
 		case "sample":
-			if u.Sample, err = sampleNumber(value); err != nil {
+			if u.Sample, err = ParseSample(value); err != nil {
 				return schema.Unit{}, false, err
 			}
 			hasSample = true
 		}
 	}
 	if !hasID {
-		return schema.Unit{}, false, errNoID
+		return schema.Unit{}, false, ErrNoID
 	}
 	return u, hasSample, nil
 }
 
-// sampleNumber reads a sample: a JSON integer from 0.
-func sampleNumber(raw json.RawMessage) (int, error) {
+// ParseSample reads a sample: a JSON integer from 0.
+func ParseSample(raw json.RawMessage) (int, error) {
 	raw = bytes.TrimSpace(raw)
 	n, err := strconv.Atoi(string(raw))
 	if err != nil || n < 0 || !IsInteger(raw) {

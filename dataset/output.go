@@ -145,35 +145,40 @@ func (l *FailedLine) Unit() schema.Unit { return schema.Unit{ID: l.ID, Sample: l
 // left out, as the aggregator itself cuts it off. An error from fn stops
 // the reading and is returned as it is.
 func ReadCompletions(r io.Reader, name string, fn func(*CompletionLine) error) error {
-	return readLines(r, name, func(b []byte) error {
+	return ReadOutputLines(r, name, func(b []byte) error {
 		var l CompletionLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			return err
 		}
-		return fnErr{fn(&l)}
+		return CallerError{fn(&l)}
 	})
 }
 
 // ReadFailed calls fn with each line of a failed.jsonl read from r, as
 // ReadCompletions does.
 func ReadFailed(r io.Reader, name string, fn func(*FailedLine) error) error {
-	return readLines(r, name, func(b []byte) error {
+	return ReadOutputLines(r, name, func(b []byte) error {
 		var l FailedLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			return err
 		}
-		return fnErr{fn(&l)}
+		return CallerError{fn(&l)}
 	})
 }
 
-// fnErr carries the caller's error through readLines untouched.
-type fnErr struct{ err error }
+// CallerError carries an error of ReadOutputLines' caller through it
+// untouched; a nil Err goes on to the next line.
+type CallerError struct{ Err error }
 
-func (e fnErr) Error() string { return e.err.Error() }
+func (e CallerError) Error() string { return e.Err.Error() }
 
-// readLines reads the non-blank lines of an output file, each checked to
-// name its unit (LineUnit) before decode sees it.
-func readLines(r io.Reader, name string, decode func([]byte) error) error {
+// ReadOutputLines reads the non-blank lines of an output file named name
+// from r, each checked to name its unit (LineUnit) before decode sees
+// it. An error decode returns is the line's: a last line without its
+// newline is taken as torn by a crash and left out, any other is
+// reported with the file's name and the line's number; one wrapped in a
+// CallerError is returned as it is.
+func ReadOutputLines(r io.Reader, name string, decode func([]byte) error) error {
 	lr := NewLineReader(r, MaxLineBytes)
 	for {
 		line, ended, tooLong, err := lr.Next()
@@ -198,11 +203,11 @@ func readLines(r io.Reader, name string, decode func([]byte) error) error {
 			}
 			return decode(line)
 		}()
-		var fe fnErr
+		var fe CallerError
 		switch {
 		case errors.As(derr, &fe):
-			if fe.err != nil {
-				return fe.err
+			if fe.Err != nil {
+				return fe.Err
 			}
 		case derr != nil && !ended:
 			return nil // a torn last line

@@ -14,6 +14,7 @@ import (
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 )
 
 const exportSynopsis = `--run NAME [--data-dir D] --format F --out FILE|DIR [--drop F,...] [--dedupe prompt|answer] [--max-length N] [--from-stream]
@@ -63,25 +64,25 @@ func cmdExport(ctx context.Context, args []string) error {
 	nf := addNATSFlags(fs, auth.Admin)
 	run := fs.String("run", "", "run name")
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
-	format := fs.String("format", "", "output format: "+strings.Join(dataset.Formats, ", "))
+	format := fs.String("format", "", "output format: "+strings.Join(export.Formats, ", "))
 	out := fs.String("out", "", "file to write (- for stdout), or with parquet a new or empty directory; written beside it and renamed when complete")
-	drop := fs.String("drop", "", "filters of rows to leave out, comma-separated: "+strings.Join(dataset.Filters, ",")+", or none (default: truncated,empty for trainer formats, none for openai-batch)")
+	drop := fs.String("drop", "", "filters of rows to leave out, comma-separated: "+strings.Join(export.Filters, ",")+", or none (default: truncated,empty for trainer formats, none for openai-batch)")
 	dedupe := fs.String("dedupe", "", "keep the first row of each prompt or answer (prompt|answer): exact match after normalizing white space")
 	maxLength := fs.Int("max-length", 0, "the trainer's sequence length in tokens (SpecForge max_length, speculators --seq-length): drop rows whose prompt alone reaches it, count rows it will cut")
-	system := fs.String("system", dataset.SystemKeep, "sharegpt: what to do with system messages: keep, drop, or merge (in front of the first human turn)")
+	system := fs.String("system", export.SystemKeep, "sharegpt: what to do with system messages: keep, drop, or merge (in front of the first human turn)")
 	allowSimulated := fs.Bool("allow-simulated", false, "export answers of the built-in simulator, marked as simulated (refused without it)")
-	shardSize := fs.Int64("shard-size", dataset.DefaultShardSize, "parquet: the largest shard, in bytes")
+	shardSize := fs.Int64("shard-size", export.DefaultShardSize, "parquet: the largest shard, in bytes")
 	truncated := fs.Bool("include-truncated", false, "keep answers cut at max_tokens: the same as leaving truncated out of --drop")
 	fromStream := fs.Bool("from-stream", false, "rebuild the lines from the run's results (and dead letters) in NATS instead of the files, when completions.jsonl is lost or edited")
-	thinkOpen := fs.String("think-open", dataset.DefaultThinkOpen, "sharegpt: the tag before an answer's reasoning")
-	thinkClose := fs.String("think-close", dataset.DefaultThinkClose, "sharegpt: the tag after an answer's reasoning")
+	thinkOpen := fs.String("think-open", export.DefaultThinkOpen, "sharegpt: the tag before an answer's reasoning")
+	thinkClose := fs.String("think-close", export.DefaultThinkClose, "sharegpt: the tag after an answer's reasoning")
 	chatTemplate := fs.String("chat-template", "", "text: the model's tokenizer_config.json (its chat_template, bos_token, eos_token) or a .jinja chat template")
 	log, err := parseRunFlags(fs, lf, args, run)
 	if err != nil {
 		return err
 	}
 	if *format == "" {
-		return fmt.Errorf("--format is required: one of %s", strings.Join(dataset.Formats, ", "))
+		return fmt.Errorf("--format is required: one of %s", strings.Join(export.Formats, ", "))
 	}
 	if *out == "" {
 		return errors.New("--out is required: the file to write, or - for stdout")
@@ -92,18 +93,18 @@ func cmdExport(ctx context.Context, args []string) error {
 		return fmt.Errorf("--max-length %d: the trainer's sequence length in tokens, from 1 (SpecForge's max_length defaults to 2048, speculators' --seq-length to 8192)", *maxLength)
 	}
 	if set["shard-size"] && *shardSize < 1 {
-		return fmt.Errorf("--shard-size %d: a shard's largest size in bytes, from 1 (default %d)", *shardSize, int64(dataset.DefaultShardSize))
+		return fmt.Errorf("--shard-size %d: a shard's largest size in bytes, from 1 (default %d)", *shardSize, int64(export.DefaultShardSize))
 	}
-	opts := dataset.ExportOptions{Format: *format, Run: *run, Dedupe: *dedupe, MaxLength: *maxLength,
+	opts := export.Options{Format: *format, Run: *run, Dedupe: *dedupe, MaxLength: *maxLength,
 		AllowSimulated: *allowSimulated, ThinkOpen: *thinkOpen, ThinkClose: *thinkClose, Out: *out, Version: version}
-	if *format == dataset.FormatShareGPT || set["system"] {
+	if *format == export.FormatShareGPT || set["system"] {
 		opts.System = *system
 	}
-	if *format == dataset.FormatParquet {
+	if *format == export.FormatParquet {
 		opts.ShardSize = *shardSize
 	}
 	if set["drop"] {
-		if opts.Drop, err = dataset.ParseDrop(*drop); err != nil {
+		if opts.Drop, err = export.ParseDrop(*drop); err != nil {
 			return err
 		}
 	}
@@ -111,48 +112,48 @@ func cmdExport(ctx context.Context, args []string) error {
 		opts.Drop = withoutTruncated(opts)
 	}
 	if *chatTemplate != "" {
-		if opts.ChatTemplate, err = dataset.LoadChatTemplate(*chatTemplate); err != nil {
+		if opts.ChatTemplate, err = export.LoadChatTemplate(*chatTemplate); err != nil {
 			return err
 		}
 	}
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if *format == dataset.FormatParquet {
+	if *format == export.FormatParquet {
 		if *out == "-" {
 			return errors.New("format parquet writes a directory: give --out DIR")
 		}
-		if err := dataset.CheckParquetTarget(*out); err != nil {
+		if err := export.CheckParquetTarget(*out); err != nil {
 			return err
 		}
 	}
 
 	runDir := filepath.Join(*dataDir, *run)
-	var src dataset.Source = dataset.Files(runDir)
-	var streams *dataset.Streams
+	var src export.Source = export.Files(runDir)
+	var streams *export.Streams
 	if *fromStream {
 		nc, js, err := connect(ctx, nf, "aerie-export", log)
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		streams = &dataset.Streams{JS: js, Run: *run}
+		streams = &export.Streams{JS: js, Run: *run}
 		src = streams
 		opts.Manifest, _ = streams.Manifest(ctx)
 	} else {
 		opts.Manifest, _ = dataset.ReadManifest(runDir)
 	}
 
-	var sum dataset.Summary
+	var sum export.Summary
 	switch {
-	case *format == dataset.FormatParquet:
-		sum, err = dataset.ExportParquet(ctx, src, *out, opts)
+	case *format == export.FormatParquet:
+		sum, err = export.WriteParquet(ctx, src, *out, opts)
 	case *out == "-":
-		sum, err = dataset.Export(ctx, src, os.Stdout, opts)
+		sum, err = export.Write(ctx, src, os.Stdout, opts)
 	default:
 		err = dataset.WriteFileAtomic(*out, func(w io.Writer) error {
 			var err error
-			sum, err = dataset.Export(ctx, src, w, opts)
+			sum, err = export.Write(ctx, src, w, opts)
 			return err
 		})
 	}
@@ -180,14 +181,14 @@ func cmdExport(ctx context.Context, args []string) error {
 
 // withoutTruncated is the --drop list in force without truncated, for
 // --include-truncated.
-func withoutTruncated(opts dataset.ExportOptions) []string {
+func withoutTruncated(opts export.Options) []string {
 	list := opts.Drop
 	if list == nil {
-		list = dataset.DefaultDrop(opts.Format)
+		list = export.DefaultDrop(opts.Format)
 	}
 	out := []string{}
 	for _, d := range list {
-		if d != dataset.DropTruncated {
+		if d != export.DropTruncated {
 			out = append(out, d)
 		}
 	}

@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/aerie-dev/aerie/dataset"
 )
 
 // errTemplate marks a row the chat template failed on (FormatText): it is
@@ -24,7 +26,7 @@ var errTemplate = errors.New("chat template error")
 // line held it, never decoded.
 type jsonlSink struct {
 	w    *bufio.Writer
-	opts ExportOptions
+	opts Options
 	sum  *Summary
 	b    []byte
 	// openTag and closeTag are the think tags as JSON string bodies
@@ -32,7 +34,7 @@ type jsonlSink struct {
 	openTag, closeTag []byte
 }
 
-func newJSONLSink(w *bufio.Writer, opts ExportOptions, sum *Summary) *jsonlSink {
+func newJSONLSink(w *bufio.Writer, opts Options, sum *Summary) *jsonlSink {
 	return &jsonlSink{w: w, opts: opts, sum: sum, openTag: stringBody(opts.ThinkOpen), closeTag: stringBody(opts.ThinkClose)}
 }
 
@@ -66,7 +68,7 @@ func (j *jsonlSink) row(r *exportRow, tk int) error {
 	return err
 }
 
-func (j *jsonlSink) failed(l *FailedLine) error {
+func (j *jsonlSink) failed(l *dataset.FailedLine) error {
 	b, err := appendJSON(j.b[:0], batchErrorLine(l, j.opts.Run))
 	if err != nil {
 		return err
@@ -92,7 +94,7 @@ func appendQuoted(b []byte, s string) []byte {
 // "simulated", a field both scripts and SpecForge's loader leave alone.
 func appendSpecForge(b []byte, r *exportRow) []byte {
 	b = append(b, `{"id":`...)
-	b = appendQuoted(b, ExportID(r.unit))
+	b = appendQuoted(b, ID(r.unit))
 	b = append(b, `,"conversations":[`...)
 	for i := range r.turns {
 		t := &r.turns[i]
@@ -135,7 +137,7 @@ func shareGPTFrom(role string) string {
 // of the next human turn.
 func (j *jsonlSink) appendShareGPT(b []byte, r *exportRow) []byte {
 	b = append(b, `{"id":`...)
-	b = appendQuoted(b, ExportID(r.unit))
+	b = appendQuoted(b, ID(r.unit))
 	b = append(b, `,"conversations":[`...)
 	var pending [][]byte // system texts (bodies) waiting for a human turn
 	n := 0
@@ -226,7 +228,7 @@ func appendSpeculators(b []byte, r *exportRow, tk int) []byte {
 	b = append(b, `{"id":`...)
 	b = appendQuoted(b, turnID(r.unit, k, tk == len(r.turns)-1))
 	b = append(b, `,"primary_id":`...)
-	b = appendQuoted(b, ExportID(r.unit))
+	b = appendQuoted(b, ID(r.unit))
 	b = append(b, `,"input_ids":[`...)
 	b = append(b, bytes.TrimSpace(jsonBody(r.raw(t.promptIDs)))...)
 	b = append(b, ',')
@@ -266,7 +268,7 @@ func (j *jsonlSink) appendText(b []byte, r *exportRow) ([]byte, error) {
 	text, err := j.opts.ChatTemplate.Render(msgs)
 	if err != nil {
 		if j.sum.TemplateError == "" {
-			j.sum.TemplateError = fmt.Sprintf("line %s: %v", ExportID(r.unit), err)
+			j.sum.TemplateError = fmt.Sprintf("line %s: %v", ID(r.unit), err)
 		}
 		return b, errTemplate
 	}
@@ -274,7 +276,7 @@ func (j *jsonlSink) appendText(b []byte, r *exportRow) ([]byte, error) {
 		j.sum.ReasoningLost++
 	}
 	b = append(b, `{"id":`...)
-	b = appendQuoted(b, ExportID(r.unit))
+	b = appendQuoted(b, ID(r.unit))
 	b = append(b, `,"text":`...)
 	b = appendQuoted(b, text)
 	return append(b, '}'), nil
@@ -341,7 +343,7 @@ func batchHash(kind, run, customID string) string {
 // appendBatch is the Batch output line of a completed unit. Its usage
 // is summed over the turns generated (one with --turns last).
 func appendBatch(b []byte, r *exportRow, run string) ([]byte, error) {
-	id := ExportID(r.unit)
+	id := ID(r.unit)
 	last := r.last()
 	reasoning := []byte(`""`)
 	if !last.reasoning.empty() {
@@ -382,8 +384,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 // batchErrorLine is the Batch output line of a failed unit: its code is
 // the backend's HTTP status when there was one, else aerie's reason
 // (permanent, retries-exhausted, poison, truncated).
-func batchErrorLine(l *FailedLine, run string) batchLineJSON {
-	id := ExportID(l.Unit())
+func batchErrorLine(l *dataset.FailedLine, run string) batchLineJSON {
+	id := ID(l.Unit())
 	code := l.Reason
 	if l.Status > 0 {
 		code = strconv.Itoa(l.Status)

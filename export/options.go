@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"errors"
@@ -96,9 +96,9 @@ const (
 // Face hub's own Parquet conversion aims at.
 const DefaultShardSize = 500_000_000
 
-// ExportOptions say how lines are exported. The zero value is not
+// Options say how lines are exported. The zero value is not
 // usable: Format is required; every other zero value is the default.
-type ExportOptions struct {
+type Options struct {
 	Format string
 	// Run names the run; FormatOpenAIBatch derives its request ids from
 	// it and the custom_id, so that an export made twice is the same.
@@ -140,7 +140,7 @@ type ExportOptions struct {
 }
 
 // Validate checks the options' values.
-func (o ExportOptions) Validate() error {
+func (o Options) Validate() error {
 	if !slices.Contains(Formats, o.Format) {
 		return fmt.Errorf("format %q: use one of %s", o.Format, strings.Join(Formats, ", "))
 	}
@@ -219,7 +219,7 @@ func DefaultDrop(format string) []string {
 }
 
 // drops is the set of filters in force.
-func (o ExportOptions) drops() map[string]bool {
+func (o Options) drops() map[string]bool {
 	list := o.Drop
 	if list == nil {
 		list = DefaultDrop(o.Format)

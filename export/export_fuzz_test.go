@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"bufio"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 )
 
 // FuzzExportLine gives any bytes as a completions.jsonl line to every
@@ -26,15 +26,15 @@ func FuzzExportLine(f *testing.F) {
 	}
 	f.Add([]byte(`{"id":1,"messages":null,"prompt_token_ids":[ 1 , 2 ],"token_ids":[3]}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		for _, format := range []string{dataset.FormatSpecForge, dataset.FormatShareGPT, dataset.FormatSpeculators, dataset.FormatOpenAIBatch} {
+		for _, format := range []string{export.FormatSpecForge, export.FormatShareGPT, export.FormatSpeculators, export.FormatOpenAIBatch} {
 			var out strings.Builder
-			e, err := dataset.NewExporter(&out, dataset.ExportOptions{Format: format, Run: "f", Drop: []string{}, AllowSimulated: true,
-				Dedupe: dataset.DedupeAnswer, MaxLength: 100, System: systemFor(format)})
+			e, err := export.NewWriter(&out, export.Options{Format: format, Run: "f", Drop: []string{}, AllowSimulated: true,
+				Dedupe: export.DedupeAnswer, MaxLength: 100, System: systemFor(format)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			_ = e.Completion(line) // a line it cannot read is an error, never a panic
-			if _, err := e.Close(); err != nil && format != dataset.FormatSpeculators {
+			if _, err := e.Close(); err != nil && format != export.FormatSpeculators {
 				t.Fatalf("%s: close: %v", format, err)
 			}
 			for _, row := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
@@ -47,8 +47,8 @@ func FuzzExportLine(f *testing.F) {
 }
 
 func systemFor(format string) string {
-	if format == dataset.FormatShareGPT {
-		return dataset.SystemMerge
+	if format == export.FormatShareGPT {
+		return export.SystemMerge
 	}
 	return ""
 }

@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 )
 
 // The rules below are the consumers' own, each from the file and
@@ -108,9 +108,9 @@ func TestSpecForgeValidatorModel(t *testing.T) {
 	}
 }
 
-func exportLines(t *testing.T, dir string, opts dataset.ExportOptions) ([]string, dataset.Summary) {
+func exportLines(t *testing.T, dir string, opts export.Options) ([]string, export.Summary) {
 	t.Helper()
-	got, sum, err := export(t, dataset.Files(dir), opts)
+	got, sum, err := exported(t, export.Files(dir), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +127,8 @@ func exportLines(t *testing.T, dir string, opts dataset.ExportOptions) ([]string
 // passes without --expect-reasoning, fails with it as SpecForge's does,
 // and is left out by --drop non-target-turns.
 func TestSpecForgeRowsPassItsValidator(t *testing.T) {
-	lines, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatSpecForge,
-		Drop: []string{dataset.DropTruncated, dataset.DropEmpty, dataset.DropReasoningOnly}})
+	lines, sum := exportLines(t, "testdata/turns", export.Options{Format: export.FormatSpecForge,
+		Drop: []string{export.DropTruncated, export.DropEmpty, export.DropReasoningOnly}})
 	if len(lines) != 4 || sum.NonTargetRows != 2 || sum.SystemRows != 2 {
 		t.Fatalf("%d rows, %d with non-target turns, %d with system; want 4, 2 (q-7 and its copy), 2\n%s", len(lines), sum.NonTargetRows, sum.SystemRows, strings.Join(lines, "\n"))
 	}
@@ -159,14 +159,14 @@ func TestSpecForgeRowsPassItsValidator(t *testing.T) {
 		t.Errorf("rows with non-target turns and no train_only_last_turn setting: %+v", sum.Settings)
 	}
 
-	lines, sum = exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatSpecForge,
-		Drop: []string{dataset.DropTruncated, dataset.DropEmpty, dataset.DropReasoningOnly, dataset.DropNoReasoning, dataset.DropNonTargetTurns}})
+	lines, sum = exportLines(t, "testdata/turns", export.Options{Format: export.FormatSpecForge,
+		Drop: []string{export.DropTruncated, export.DropEmpty, export.DropReasoningOnly, export.DropNoReasoning, export.DropNonTargetTurns}})
 	for _, l := range lines {
 		if err := specForgeValidate(l, true); err != nil {
 			t.Errorf("with every filter, --expect-reasoning rejected: %v\n%s", err, l)
 		}
 	}
-	if len(lines) != 2 || sum.Dropped[dataset.DropNonTargetTurns] != 2 || sum.NonTargetRows != 0 {
+	if len(lines) != 2 || sum.Dropped[export.DropNonTargetTurns] != 2 || sum.NonTargetRows != 0 {
 		t.Errorf("%d rows, dropped %v; want the two samples of conv-abc, 2 non-target", len(lines), sum.Dropped)
 	}
 	var cmd string
@@ -240,7 +240,7 @@ func checkSpeculatorsRow(t *testing.T, line string) speculatorsRow {
 // turn and sample, each mask summing to its turn's completion_tokens,
 // with the ids <id>, <id>:t<k> and <id>#<s>.
 func TestSpeculatorsRowPerTurn(t *testing.T) {
-	lines, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatSpeculators, Drop: []string{}})
+	lines, sum := exportLines(t, "testdata/turns", export.Options{Format: export.FormatSpeculators, Drop: []string{}})
 	var ids []string
 	for _, l := range lines {
 		r := checkSpeculatorsRow(t, l)
@@ -262,7 +262,7 @@ func TestSpeculatorsRowPerTurn(t *testing.T) {
 // first human turn, as the original EAGLE-3 script's roles (human, gpt)
 // require; keep warns, naming the scripts that cannot read it.
 func TestShareGPTSystem(t *testing.T) {
-	lines, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT, System: dataset.SystemMerge})
+	lines, sum := exportLines(t, "testdata/turns", export.Options{Format: export.FormatShareGPT, System: export.SystemMerge})
 	if sum.SystemRows != 0 || strings.Contains(strings.Join(sum.Warnings, " "), "system") {
 		t.Errorf("--system merge: %d rows said to hold a system message, warnings %q", sum.SystemRows, sum.Warnings)
 	}
@@ -283,11 +283,11 @@ func TestShareGPTSystem(t *testing.T) {
 	if v := row.Conversations[1].Value; v != "<think>\nFrance's capital: Paris.\n</think>\n\nThe capital of France is Paris." {
 		t.Errorf("first answer %q", v)
 	}
-	lines, _ = exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT, System: dataset.SystemDrop})
+	lines, _ = exportLines(t, "testdata/turns", export.Options{Format: export.FormatShareGPT, System: export.SystemDrop})
 	if strings.Contains(lines[0], "helpful assistant") {
 		t.Errorf("--system drop kept it: %s", lines[0])
 	}
-	_, sum = exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatShareGPT})
+	_, sum = exportLines(t, "testdata/turns", export.Options{Format: export.FormatShareGPT})
 	if w := strings.Join(sum.Warnings, "\n"); !strings.Contains(w, "cnets.py") || !strings.Contains(w, "--system merge") {
 		t.Errorf("keep with system rows: warnings %q", w)
 	}
@@ -297,17 +297,17 @@ func TestShareGPTSystem(t *testing.T) {
 // --dedupe and --max-length likewise.
 func TestExportFilters(t *testing.T) {
 	cases := []struct {
-		opts    dataset.ExportOptions
+		opts    export.Options
 		written int
 		dropped map[string]int
 	}{
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge}, 5, map[string]int{dataset.DropEmpty: 1}},
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{dataset.DropReasoningOnly}}, 5, map[string]int{dataset.DropReasoningOnly: 1}},
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{dataset.DropNoReasoning}}, 5, map[string]int{dataset.DropNoReasoning: 1}},
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}, Dedupe: dataset.DedupePrompt}, 4, map[string]int{dataset.DroppedDuplicatePrompt: 2}},
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}, Dedupe: dataset.DedupeAnswer}, 6, map[string]int{}},
-		{dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}, MaxLength: 5}, 2, map[string]int{dataset.DroppedPromptTooLong: 4}},
-		{dataset.ExportOptions{Format: dataset.FormatSpeculators, Drop: []string{dataset.DropNonTargetTurns}, MaxLength: 9}, 4, map[string]int{dataset.DropNonTargetTurns: 2, dataset.DroppedPromptTooLong: 2}},
+		{export.Options{Format: export.FormatSpecForge}, 5, map[string]int{export.DropEmpty: 1}},
+		{export.Options{Format: export.FormatSpecForge, Drop: []string{export.DropReasoningOnly}}, 5, map[string]int{export.DropReasoningOnly: 1}},
+		{export.Options{Format: export.FormatSpecForge, Drop: []string{export.DropNoReasoning}}, 5, map[string]int{export.DropNoReasoning: 1}},
+		{export.Options{Format: export.FormatSpecForge, Drop: []string{}, Dedupe: export.DedupePrompt}, 4, map[string]int{export.DroppedDuplicatePrompt: 2}},
+		{export.Options{Format: export.FormatSpecForge, Drop: []string{}, Dedupe: export.DedupeAnswer}, 6, map[string]int{}},
+		{export.Options{Format: export.FormatSpecForge, Drop: []string{}, MaxLength: 5}, 2, map[string]int{export.DroppedPromptTooLong: 4}},
+		{export.Options{Format: export.FormatSpeculators, Drop: []string{export.DropNonTargetTurns}, MaxLength: 9}, 4, map[string]int{export.DropNonTargetTurns: 2, export.DroppedPromptTooLong: 2}},
 	}
 	for i, c := range cases {
 		_, sum := exportLines(t, "testdata/turns", c.opts)
@@ -315,7 +315,7 @@ func TestExportFilters(t *testing.T) {
 			t.Errorf("case %d: %d written, dropped %v; want %d, %v", i, sum.RowsWritten, sum.Dropped, c.written, c.dropped)
 		}
 	}
-	_, sum := exportLines(t, "testdata/turns", dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}, MaxLength: 14})
+	_, sum := exportLines(t, "testdata/turns", export.Options{Format: export.FormatSpecForge, Drop: []string{}, MaxLength: 14})
 	if sum.OverMaxLength != 2 || sum.Length.Max != 16 || sum.Length.P50 != 11 {
 		t.Errorf("--max-length 14: %d over, lengths %+v; want 2 over (q-7 and its copy, 16 tokens), max 16, p50 11", sum.OverMaxLength, sum.Length)
 	}

@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -124,7 +125,7 @@ func (d *rowDecoder) decode(line []byte, r *exportRow) error {
 			if err != nil {
 				return err
 			}
-			if r.unit.ID, err = ParseID(json.RawMessage(v)); err != nil {
+			if r.unit.ID, err = dataset.ParseID(json.RawMessage(v)); err != nil {
 				return err
 			}
 			hasID = true
@@ -133,7 +134,7 @@ func (d *rowDecoder) decode(line []byte, r *exportRow) error {
 			if err != nil {
 				return err
 			}
-			if r.unit.Sample, err = sampleNumber(json.RawMessage(v)); err != nil {
+			if r.unit.Sample, err = dataset.ParseSample(json.RawMessage(v)); err != nil {
 				return err
 			}
 		case "messages":
@@ -190,7 +191,7 @@ func (d *rowDecoder) decode(line []byte, r *exportRow) error {
 		return err
 	}
 	if !hasID {
-		return errNoID
+		return dataset.ErrNoID
 	}
 	// The answer's own usage is the line's less its earlier turns'.
 	answer.finish = nonEmpty(answer.finish, "stop")

@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -35,7 +36,7 @@ func (s *Streams) Completions(ctx context.Context, fn func([]byte) error) error 
 			s.Undecodable++
 			return nil
 		}
-		l := NewCompletionLine(r)
+		l := dataset.NewCompletionLine(r)
 		line, err := json.Marshal(&l)
 		if err != nil {
 			return fmt.Errorf("result %s: %w", r.ID, err)
@@ -47,7 +48,7 @@ func (s *Streams) Completions(ctx context.Context, fn func([]byte) error) error 
 // Failed reads the run's dead letters. One without a prompt id (its
 // prompt could not be decoded) is named after its subject, as in
 // failed.jsonl.
-func (s *Streams) Failed(ctx context.Context, fn func(*FailedLine) error) error {
+func (s *Streams) Failed(ctx context.Context, fn func(*dataset.FailedLine) error) error {
 	return s.read(ctx, schema.DeadStream, schema.DeadRoot, func(m jetstream.Msg) error {
 		if schema.CheckSchemaHeader(schema.KindDeadLetter, m.Headers().Get(schema.HeaderSchema)) != nil {
 			s.Undecodable++
@@ -61,7 +62,7 @@ func (s *Streams) Failed(ctx context.Context, fn func(*FailedLine) error) error 
 		if d.ID == "" {
 			d.ID = "subject:" + m.Subject()
 		}
-		l := NewFailedLine(d)
+		l := dataset.NewFailedLine(d)
 		return fn(&l)
 	})
 }

@@ -2,7 +2,7 @@
 // Apache Arrow's Go implementation, a different library from the one
 // aerie writes Parquet with, and prints what it found as JSON: each
 // shard's Arrow schema and row count, and the first row's id. Package
-// dataset's tests run it on the exports they write.
+// export's tests run it on the exports they write.
 //
 //	go run . DIR/data/train-00000-of-00001.parquet ...
 package main

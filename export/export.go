@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"bufio"
@@ -8,13 +8,14 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// ExportID is the id a unit has in an export: the prompt's id for sample
+// ID is the id a unit has in an export: the prompt's id for sample
 // 0, and "<id>#<k>" for sample k, so that every line of a run with
 // --samples has its own id.
-func ExportID(u schema.Unit) string {
+func ID(u schema.Unit) string {
 	if u.Sample == 0 {
 		return u.ID
 	}
@@ -26,13 +27,13 @@ func ExportID(u schema.Unit) string {
 // before it.
 func turnID(u schema.Unit, k int, last bool) string {
 	if last {
-		return ExportID(u)
+		return ID(u)
 	}
-	return ExportID(u) + ":t" + strconv.Itoa(k)
+	return ID(u) + ":t" + strconv.Itoa(k)
 }
 
 // ErrSimulated is returned, wrapped, when an export meets an answer of
-// aerie's simulator without ExportOptions.AllowSimulated.
+// aerie's simulator without Options.AllowSimulated.
 var ErrSimulated = errors.New("simulated answers")
 
 // badLine is a completions.jsonl line the export cannot read; a Source
@@ -42,22 +43,22 @@ type badLine struct{ err error }
 func (e badLine) Error() string { return e.err.Error() }
 func (e badLine) Unwrap() error { return e.err }
 
-// rowSink is where an Exporter's rows go: JSON lines, or Parquet shards.
+// rowSink is where a Writer's rows go: JSON lines, or Parquet shards.
 type rowSink interface {
 	// row writes the row of a conversation, or of one of its turns (tk
 	// from 0 for FormatSpeculators; -1 for the whole conversation).
 	row(r *exportRow, tk int) error
 	// failed writes a failed unit, for formats that have a shape for it.
-	failed(l *FailedLine) error
+	failed(l *dataset.FailedLine) error
 	close() error
 }
 
-// Exporter writes the rows of one export and keeps its summary. Give it
+// Writer writes the rows of one export and keeps its summary. Give it
 // every completions.jsonl line (Completion), then, for FormatOpenAIBatch,
 // every failed unit (Failed), then Close. Its zero value is not usable:
-// use NewExporter.
-type Exporter struct {
-	opts  ExportOptions
+// use NewWriter.
+type Writer struct {
+	opts  Options
 	drops map[string]bool
 	sink  rowSink
 	dec   *rowDecoder
@@ -68,15 +69,14 @@ type Exporter struct {
 	seen  map[[16]byte]bool    // --dedupe digests
 }
 
-// NewExporter returns an exporter writing JSON lines to w. It is for
-// every format but FormatParquet, which writes a directory (see
-// NewParquetExporter).
-func NewExporter(w io.Writer, opts ExportOptions) (*Exporter, error) {
+// NewWriter returns a writer of JSON lines to w. It is for every format
+// but FormatParquet, which writes a directory (see WriteParquet).
+func NewWriter(w io.Writer, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	if opts.Format == FormatParquet {
-		return nil, errors.New("format parquet writes a directory: use ExportParquet")
+		return nil, errors.New("format parquet writes a directory: use WriteParquet")
 	}
 	if opts.ThinkOpen == "" {
 		opts.ThinkOpen = DefaultThinkOpen
@@ -84,13 +84,13 @@ func NewExporter(w io.Writer, opts ExportOptions) (*Exporter, error) {
 	if opts.ThinkClose == "" {
 		opts.ThinkClose = DefaultThinkClose
 	}
-	e := newExporter(opts)
+	e := newWriter(opts)
 	e.sink = newJSONLSink(bufio.NewWriterSize(w, 1<<20), opts, &e.sum)
 	return e, nil
 }
 
-func newExporter(opts ExportOptions) *Exporter {
-	e := &Exporter{opts: opts, drops: opts.drops(), dec: newRowDecoder(opts.Format == FormatSpeculators),
+func newWriter(opts Options) *Writer {
+	e := &Writer{opts: opts, drops: opts.drops(), dec: newRowDecoder(opts.Format == FormatSpeculators),
 		sum: newSummary(opts), stats: newExportStats(opts)}
 	if opts.Format == FormatOpenAIBatch {
 		e.done = map[schema.Unit]bool{}
@@ -105,7 +105,7 @@ func newExporter(opts ExportOptions) *Exporter {
 // counts why they are left out. A line that cannot be read is returned
 // as a badLine error; a simulated answer without AllowSimulated stops
 // the export with ErrSimulated.
-func (e *Exporter) Completion(line []byte) error {
+func (e *Writer) Completion(line []byte) error {
 	r := &e.row
 	if err := e.dec.decode(line, r); err != nil {
 		return badLine{err}
@@ -113,7 +113,7 @@ func (e *Exporter) Completion(line []byte) error {
 	e.sum.LinesRead++
 	if r.simulated {
 		if !e.opts.AllowSimulated {
-			return fmt.Errorf("line %s is an answer of aerie's built-in simulator: %w are rehearsal data, not the model's; export a run of the real backend, or pass --allow-simulated to export them marked as simulated", ExportID(r.unit), ErrSimulated)
+			return fmt.Errorf("line %s is an answer of aerie's built-in simulator: %w are rehearsal data, not the model's; export a run of the real backend, or pass --allow-simulated to export them marked as simulated", ID(r.unit), ErrSimulated)
 		}
 		e.sum.Simulated++
 	}
@@ -162,13 +162,13 @@ func dedupeReason(key string) string {
 	return DroppedDuplicateAnswer
 }
 
-func (e *Exporter) drop(reason string, n int) {
+func (e *Writer) drop(reason string, n int) {
 	e.sum.Dropped[reason] += n
 }
 
 // emit filters and writes the row of the conversation (tk -1) or of its
 // generated turn tk.
-func (e *Exporter) emit(r *exportRow, tk int) error {
+func (e *Writer) emit(r *exportRow, tk int) error {
 	if reason := e.filter(r, tk); reason != "" {
 		e.drop(reason, 1)
 		return nil
@@ -193,7 +193,7 @@ func (e *Exporter) emit(r *exportRow, tk int) error {
 			e.drop(DroppedTemplateError, 1)
 			return nil
 		}
-		return fmt.Errorf("write row %s: %w", ExportID(r.unit), err)
+		return fmt.Errorf("write row %s: %w", ID(r.unit), err)
 	}
 	e.sum.RowsWritten++
 	e.stats.written(r, tk, length, &e.sum)
@@ -204,7 +204,7 @@ func (e *Exporter) emit(r *exportRow, tk int) error {
 }
 
 // filter names the first --drop filter that the row meets, or "".
-func (e *Exporter) filter(r *exportRow, tk int) string {
+func (e *Writer) filter(r *exportRow, tk int) string {
 	// The turns a row trains: all generated ones of a conversation, or
 	// the one turn of a FormatSpeculators row; its context: the turns
 	// before.
@@ -287,12 +287,12 @@ func rowLength(r *exportRow, tk int) (prompt, length int) {
 // unit, unless the unit was given to Completion too (a failure that a
 // replay later answered: the answer wins). Other formats have no shape
 // for a failure and leave it out.
-func (e *Exporter) Failed(l *FailedLine) error {
+func (e *Writer) Failed(l *dataset.FailedLine) error {
 	if e.opts.Format != FormatOpenAIBatch || e.done[l.Unit()] {
 		return nil
 	}
 	if err := e.sink.failed(l); err != nil {
-		return fmt.Errorf("write line %s: %w", ExportID(l.Unit()), err)
+		return fmt.Errorf("write line %s: %w", ID(l.Unit()), err)
 	}
 	e.sum.RowsWritten++
 	e.sum.Failed++
@@ -303,7 +303,7 @@ func (e *Exporter) Failed(l *FailedLine) error {
 // consumer's settings and commands filled in. With FormatSpeculators an
 // export that found no token ids at all is an error: the run was not
 // produced with --return-token-ids, or its backend did not return them.
-func (e *Exporter) Close() (Summary, error) {
+func (e *Writer) Close() (Summary, error) {
 	e.stats.finish(&e.sum)
 	if e.opts.Format == FormatSpeculators && e.sum.RowsWritten == 0 && e.sum.Dropped[DroppedNoTokenIDs] > 0 {
 		return e.sum, e.noTokenIDsError()
@@ -315,7 +315,7 @@ func (e *Exporter) Close() (Summary, error) {
 	return e.sum, nil
 }
 
-func (e *Exporter) noTokenIDsError() error {
+func (e *Writer) noTokenIDsError() error {
 	if m := e.opts.Manifest; m != nil && m.ReturnTokenIDs {
 		return errors.New("no answer has token ids although the run asked for them (--return-token-ids): its backend did not return them (vLLM returns them from 0.10.2 on); regenerate on such a backend, or export another format")
 	}
@@ -324,15 +324,15 @@ func (e *Exporter) noTokenIDsError() error {
 
 // Export writes every line of src to w as opts say and returns the
 // summary. Failed units are read only for FormatOpenAIBatch.
-func Export(ctx context.Context, src Source, w io.Writer, opts ExportOptions) (Summary, error) {
-	e, err := NewExporter(w, opts)
+func Write(ctx context.Context, src Source, w io.Writer, opts Options) (Summary, error) {
+	e, err := NewWriter(w, opts)
 	if err != nil {
 		return Summary{}, err
 	}
 	return e.run(ctx, src)
 }
 
-func (e *Exporter) run(ctx context.Context, src Source) (Summary, error) {
+func (e *Writer) run(ctx context.Context, src Source) (Summary, error) {
 	if err := src.Completions(ctx, e.Completion); err != nil {
 		return e.sum, err
 	}

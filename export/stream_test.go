@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -103,21 +104,21 @@ func TestExportFromStream(t *testing.T) {
 	}
 	publish(t, js, schema.ResultSubject("demo", schema.Unit{ID: "garbled"}), schema.KindResult, []byte("not msgpack"))
 
-	tmpl, err := dataset.ParseChatTemplate([]byte(qwenTemplate))
+	tmpl, err := export.ParseChatTemplate([]byte(qwenTemplate))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, opts := range []dataset.ExportOptions{
-		{Format: dataset.FormatSpecForge}, {Format: dataset.FormatShareGPT}, {Format: dataset.FormatOpenAIBatch},
-		{Format: dataset.FormatText, ChatTemplate: tmpl}, {Format: dataset.FormatSpeculators},
-		{Format: dataset.FormatOpenAIBatch, Drop: []string{}},
+	for _, opts := range []export.Options{
+		{Format: export.FormatSpecForge}, {Format: export.FormatShareGPT}, {Format: export.FormatOpenAIBatch},
+		{Format: export.FormatText, ChatTemplate: tmpl}, {Format: export.FormatSpeculators},
+		{Format: export.FormatOpenAIBatch, Drop: []string{}},
 	} {
-		want, wantSum, err := export(t, dataset.Files("testdata/run"), opts)
+		want, wantSum, err := exported(t, export.Files("testdata/run"), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams := &dataset.Streams{JS: js, Run: "demo"}
-		got, sum, err := export(t, streams, opts)
+		streams := &export.Streams{JS: js, Run: "demo"}
+		got, sum, err := exported(t, streams, opts)
 		if err != nil {
 			t.Fatalf("%s from the streams: %v", opts.Format, err)
 		}
@@ -130,7 +131,7 @@ func TestExportFromStream(t *testing.T) {
 	}
 
 	// A run with nothing stored exports nothing, without waiting.
-	got, sum, err := export(t, &dataset.Streams{JS: js, Run: "empty"}, dataset.ExportOptions{Format: dataset.FormatOpenAIBatch})
+	got, sum, err := exported(t, &export.Streams{JS: js, Run: "empty"}, export.Options{Format: export.FormatOpenAIBatch})
 	if err != nil || got != "" || sum.RowsWritten != 0 {
 		t.Errorf("empty run: %q, %+v, %v", got, sum, err)
 	}
@@ -170,7 +171,7 @@ func TestWriteFileAtomic(t *testing.T) {
 	// An export of a run whose completions.jsonl is not there says what
 	// to check.
 	err := dataset.WriteFileAtomic(filepath.Join(dir, "x.jsonl"), func(w io.Writer) error {
-		_, err := dataset.Export(context.Background(), dataset.Files(filepath.Join(dir, "nope")), w, dataset.ExportOptions{Format: dataset.FormatSpecForge})
+		_, err := export.Write(context.Background(), export.Files(filepath.Join(dir, "nope")), w, export.Options{Format: export.FormatSpecForge})
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "--data-dir") {

@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v2"
 
-	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 )
 
 // readParquetWithArrow reads shards with Apache Arrow's Go implementation
@@ -52,8 +52,8 @@ func readParquetWithArrow(t *testing.T, paths []string) []struct {
 // row; and a card whose YAML header parses and names every shard.
 func TestParquetDataset(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "ds")
-	opts := dataset.ExportOptions{Format: dataset.FormatParquet, Run: "turns", Drop: []string{}, ShardSize: 900, Version: "test"}
-	sum, err := dataset.ExportParquet(context.Background(), dataset.Files("testdata/turns"), dir, opts)
+	opts := export.Options{Format: export.FormatParquet, Run: "turns", Drop: []string{}, ShardSize: 900, Version: "test"}
+	sum, err := export.WriteParquet(context.Background(), export.Files("testdata/turns"), dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,14 +157,14 @@ func TestParquetTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, target := range []string{file, full} {
-		_, err := dataset.ExportParquet(context.Background(), dataset.Files("testdata/turns"), target, dataset.ExportOptions{Run: "turns"})
+		_, err := export.WriteParquet(context.Background(), export.Files("testdata/turns"), target, export.Options{Run: "turns"})
 		if err == nil || !strings.Contains(err.Error(), "--out "+target) {
 			t.Errorf("%s: %v", target, err)
 		}
 	}
 	// A run that cannot be read leaves no directory.
 	bad := filepath.Join(dir, "new")
-	if _, err := dataset.ExportParquet(context.Background(), dataset.Files(filepath.Join(dir, "nope")), bad, dataset.ExportOptions{Run: "x"}); err == nil {
+	if _, err := export.WriteParquet(context.Background(), export.Files(filepath.Join(dir, "nope")), bad, export.Options{Run: "x"}); err == nil {
 		t.Error("a missing run exported")
 	}
 	entries, _ := os.ReadDir(dir)

@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 )
 
 // A template that renders reasoning_content keeps every answer's
@@ -19,11 +19,11 @@ func TestTextReasoningLost(t *testing.T) {
 		template string
 		lost     int
 	}{{"qwen3 style", qwenTemplate, 0}, {"kimi-k2 style", kimiTemplate, 3}} {
-		tmpl, err := dataset.ParseChatTemplate([]byte(c.template))
+		tmpl, err := export.ParseChatTemplate([]byte(c.template))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl})
+		got, sum, err := exported(t, export.Files("testdata/run"), export.Options{Format: export.FormatText, ChatTemplate: tmpl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestTokenizerConfig(t *testing.T) {
 	if err := os.WriteFile(path, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := dataset.LoadChatTemplate(path)
+	tmpl, err := export.LoadChatTemplate(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +62,10 @@ func TestTokenizerConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"eos_token": "</s>"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dataset.LoadChatTemplate(path); err == nil || !strings.Contains(err.Error(), "chat_template.jinja") {
+	if _, err := export.LoadChatTemplate(path); err == nil || !strings.Contains(err.Error(), "chat_template.jinja") {
 		t.Errorf("a config without a template: %v", err)
 	}
-	if _, err := dataset.ParseChatTemplate([]byte("{% for m in messages %}")); err == nil {
+	if _, err := export.ParseChatTemplate([]byte("{% for m in messages %}")); err == nil {
 		t.Error("an unclosed for compiled")
 	}
 }
@@ -73,15 +73,15 @@ func TestTokenizerConfig(t *testing.T) {
 // A template that raises for a conversation leaves that line out, with
 // the reason and the template's message, and the export goes on.
 func TestTextTemplateError(t *testing.T) {
-	tmpl, err := dataset.ParseChatTemplate([]byte(`{%- if messages[0].role == 'system' -%}{{ raise_exception('no system role') }}{%- endif -%}ok`))
+	tmpl, err := export.ParseChatTemplate([]byte(`{%- if messages[0].role == 'system' -%}{{ raise_exception('no system role') }}{%- endif -%}ok`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl})
+	_, sum, err := exported(t, export.Files("testdata/run"), export.Options{Format: export.FormatText, ChatTemplate: tmpl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.RowsWritten != 3 || sum.Dropped[dataset.DroppedTemplateError] != 1 || !strings.Contains(sum.TemplateError, "no system role") {
+	if sum.RowsWritten != 3 || sum.Dropped[export.DroppedTemplateError] != 1 || !strings.Contains(sum.TemplateError, "no system role") {
 		t.Errorf("summary %+v", sum)
 	}
 }

@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/aerie-dev/aerie/dataset"
+	"github.com/aerie-dev/aerie/export"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -36,13 +37,13 @@ const kimiTemplate = `{%- for message in messages -%}
 {{ '<|im_' + message.role + '|>' + message.role + '<|im_middle|>' + message.content + '<|im_end|>' }}
 {%- endfor -%}`
 
-func export(t *testing.T, src dataset.Source, opts dataset.ExportOptions) (string, dataset.Summary, error) {
+func exported(t *testing.T, src export.Source, opts export.Options) (string, export.Summary, error) {
 	t.Helper()
 	var b bytes.Buffer
 	if opts.Run == "" {
 		opts.Run = "demo"
 	}
-	sum, err := dataset.Export(context.Background(), src, &b, opts)
+	sum, err := export.Write(context.Background(), src, &b, opts)
 	return b.String(), sum, err
 }
 
@@ -52,25 +53,25 @@ func export(t *testing.T, src dataset.Source, opts dataset.ExportOptions) (strin
 // refused for its length, equals its expected file: the shapes of
 // SpecForge's, ShareGPT's, OpenAI Batch's and speculators' own examples.
 func TestExportFormats(t *testing.T) {
-	tmpl, err := dataset.ParseChatTemplate([]byte(qwenTemplate))
+	tmpl, err := export.ParseChatTemplate([]byte(qwenTemplate))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		file    string
-		opts    dataset.ExportOptions
+		opts    export.Options
 		written int
 		leftOut map[string]int
 	}{
-		{"specforge.jsonl", dataset.ExportOptions{Format: dataset.FormatSpecForge}, 4, map[string]int{dataset.DropTruncated: 1}},
-		{"sharegpt.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT}, 4, map[string]int{dataset.DropTruncated: 1}},
-		{"sharegpt-tags.jsonl", dataset.ExportOptions{Format: dataset.FormatShareGPT, ThinkOpen: "<reasoning>", ThinkClose: "</reasoning>"}, 4, map[string]int{dataset.DropTruncated: 1}},
-		{"openai-batch.jsonl", dataset.ExportOptions{Format: dataset.FormatOpenAIBatch}, 7, map[string]int{}},
-		{"text.jsonl", dataset.ExportOptions{Format: dataset.FormatText, ChatTemplate: tmpl}, 4, map[string]int{dataset.DropTruncated: 1}},
-		{"speculators.jsonl", dataset.ExportOptions{Format: dataset.FormatSpeculators}, 3, map[string]int{dataset.DropTruncated: 1, dataset.DroppedNoTokenIDs: 2}},
+		{"specforge.jsonl", export.Options{Format: export.FormatSpecForge}, 4, map[string]int{export.DropTruncated: 1}},
+		{"sharegpt.jsonl", export.Options{Format: export.FormatShareGPT}, 4, map[string]int{export.DropTruncated: 1}},
+		{"sharegpt-tags.jsonl", export.Options{Format: export.FormatShareGPT, ThinkOpen: "<reasoning>", ThinkClose: "</reasoning>"}, 4, map[string]int{export.DropTruncated: 1}},
+		{"openai-batch.jsonl", export.Options{Format: export.FormatOpenAIBatch}, 7, map[string]int{}},
+		{"text.jsonl", export.Options{Format: export.FormatText, ChatTemplate: tmpl}, 4, map[string]int{export.DropTruncated: 1}},
+		{"speculators.jsonl", export.Options{Format: export.FormatSpeculators}, 3, map[string]int{export.DropTruncated: 1, export.DroppedNoTokenIDs: 2}},
 	}
 	for _, c := range cases {
-		got, sum, err := export(t, dataset.Files("testdata/run"), c.opts)
+		got, sum, err := exported(t, export.Files("testdata/run"), c.opts)
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
@@ -106,7 +107,7 @@ func TestExportFormats(t *testing.T) {
 // --drop none keeps the answer cut at max_tokens, and the summary says
 // none was dropped; by default the trainer formats drop it and say so.
 func TestDropNone(t *testing.T) {
-	got, sum, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge, Drop: []string{}})
+	got, sum, err := exported(t, export.Files("testdata/run"), export.Options{Format: export.FormatSpecForge, Drop: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestDropNone(t *testing.T) {
 	if !strings.Contains(sum.String(), "5 rows written") || !strings.Contains(sum.String(), "none dropped") {
 		t.Errorf("summary reads %q", sum)
 	}
-	_, sum, _ = export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatSpecForge})
+	_, sum, _ = exported(t, export.Files("testdata/run"), export.Options{Format: export.FormatSpecForge})
 	if s := sum.String(); !strings.Contains(s, "1 dropped: 1 truncated") || !strings.Contains(s, "--drop truncated,empty") {
 		t.Errorf("summary reads %q", s)
 	}
@@ -125,8 +126,8 @@ func TestDropNone(t *testing.T) {
 // Every sample of a prompt has its own id: the prompt's for sample 0,
 // "<id>#<k>" for sample k, in every format.
 func TestSampleIDs(t *testing.T) {
-	for _, f := range []string{dataset.FormatSpecForge, dataset.FormatShareGPT, dataset.FormatSpeculators} {
-		got, _, err := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: f})
+	for _, f := range []string{export.FormatSpecForge, export.FormatShareGPT, export.FormatSpeculators} {
+		got, _, err := exported(t, export.Files("testdata/run"), export.Options{Format: f})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +143,7 @@ func TestSampleIDs(t *testing.T) {
 			t.Errorf("%s: ids %v", f, ids)
 		}
 	}
-	got, _, _ := export(t, dataset.Files("testdata/run"), dataset.ExportOptions{Format: dataset.FormatOpenAIBatch})
+	got, _, _ := exported(t, export.Files("testdata/run"), export.Options{Format: export.FormatOpenAIBatch})
 	if !strings.Contains(got, `"custom_id":"request-2#2","response":null`) {
 		t.Errorf("the failed third sample is not request-2#2:\n%s", got)
 	}
@@ -171,7 +172,7 @@ func TestSpeculatorsWithoutTokenIDs(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out.jsonl")
 	err = dataset.WriteFileAtomic(out, func(w io.Writer) error {
-		_, err := dataset.Export(context.Background(), dataset.Files(dir), w, dataset.ExportOptions{Format: dataset.FormatSpeculators, Run: "demo"})
+		_, err := export.Write(context.Background(), export.Files(dir), w, export.Options{Format: export.FormatSpeculators, Run: "demo"})
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "--return-token-ids") {
@@ -192,7 +193,7 @@ func TestSpeculatorsWithoutTokenIDsNamesTheCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, asked := range []bool{false, true} {
-		_, _, err := export(t, dataset.Files(dir), dataset.ExportOptions{Format: dataset.FormatSpeculators, Manifest: &schema.Manifest{ReturnTokenIDs: asked}})
+		_, _, err := exported(t, export.Files(dir), export.Options{Format: export.FormatSpeculators, Manifest: &schema.Manifest{ReturnTokenIDs: asked}})
 		want := "produce the run with --return-token-ids"
 		if asked {
 			want = "its backend did not return them (vLLM returns them from 0.10.2 on)"

@@ -1,4 +1,4 @@
-package dataset_test
+package export_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/dataset/datasettest"
+	"github.com/aerie-dev/aerie/export"
 )
 
 // BenchmarkExport prints each format's export speed in MB/s of
@@ -27,20 +28,20 @@ func BenchmarkExport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, format := range []string{dataset.FormatSpecForge, dataset.FormatShareGPT, dataset.FormatParquet, dataset.FormatOpenAIBatch} {
+	for _, format := range []string{export.FormatSpecForge, export.FormatShareGPT, export.FormatParquet, export.FormatOpenAIBatch} {
 		b.Run(format, func(b *testing.B) {
 			b.SetBytes(info.Size())
 			for b.Loop() {
-				opts := dataset.ExportOptions{Format: format, Run: "bench", AllowSimulated: true}
-				if format == dataset.FormatParquet {
+				opts := export.Options{Format: format, Run: "bench", AllowSimulated: true}
+				if format == export.FormatParquet {
 					out := filepath.Join(b.TempDir(), "ds")
-					if _, err := dataset.ExportParquet(context.Background(), dataset.Files(dir), out, opts); err != nil {
+					if _, err := export.WriteParquet(context.Background(), export.Files(dir), out, opts); err != nil {
 						b.Fatal(err)
 					}
 					os.RemoveAll(out)
 					continue
 				}
-				if _, err := dataset.Export(context.Background(), dataset.Files(dir), io.Discard, opts); err != nil {
+				if _, err := export.Write(context.Background(), export.Files(dir), io.Discard, opts); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-module github.com/aerie-dev/aerie/dataset/testdata/parquetread
+module github.com/aerie-dev/aerie/export/testdata/parquetread
 
 go 1.26.8
 

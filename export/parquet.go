@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
+
+	"github.com/aerie-dev/aerie/dataset"
 )
 
 // parquetMessage and parquetRow are the columns of FormatParquet: the
@@ -66,12 +68,12 @@ func CheckParquetTarget(dir string) error {
 	return nil
 }
 
-// ExportParquet writes the run's rows as a Hugging Face dataset in dir:
+// WriteParquet writes the run's rows as a Hugging Face dataset in dir:
 // Parquet shards of at most opts.ShardSize bytes under data/, written as
 // the rows stream, and README.md, the dataset card. Everything is written
 // in a directory beside dir and renamed to it when complete: an export
 // that fails leaves nothing behind.
-func ExportParquet(ctx context.Context, src Source, dir string, opts ExportOptions) (Summary, error) {
+func WriteParquet(ctx context.Context, src Source, dir string, opts Options) (Summary, error) {
 	opts.Format = FormatParquet
 	if err := opts.Validate(); err != nil {
 		return Summary{}, err
@@ -99,7 +101,7 @@ func ExportParquet(ctx context.Context, src Source, dir string, opts ExportOptio
 	if err := os.Mkdir(filepath.Join(tmp, parquetDataDir), 0o700); err != nil {
 		return Summary{}, err
 	}
-	e := newExporter(opts)
+	e := newWriter(opts)
 	sink := &parquetSink{dir: filepath.Join(tmp, parquetDataDir), shardSize: opts.ShardSize}
 	e.sink = sink
 	sum, err := e.run(ctx, src)
@@ -109,7 +111,7 @@ func ExportParquet(ctx context.Context, src Source, dir string, opts ExportOptio
 	if sum.Shards, err = sink.rename(); err != nil {
 		return sum, err
 	}
-	if err := WriteFileAtomic(filepath.Join(tmp, parquetCard), func(w io.Writer) error {
+	if err := dataset.WriteFileAtomic(filepath.Join(tmp, parquetCard), func(w io.Writer) error {
 		return writeCard(w, sum, opts)
 	}); err != nil {
 		return sum, err
@@ -152,7 +154,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func (p *parquetSink) row(r *exportRow, tk int) error {
-	row := parquetRow{ID: ExportID(r.unit), Status: "success", Conversations: make([]parquetMessage, len(r.turns))}
+	row := parquetRow{ID: ID(r.unit), Status: "success", Conversations: make([]parquetMessage, len(r.turns))}
 	size := int64(len(row.ID) + 16)
 	for i := range r.turns {
 		t := &r.turns[i]
@@ -242,7 +244,7 @@ func (p *parquetSink) closeShard() error {
 	return err
 }
 
-func (p *parquetSink) failed(*FailedLine) error { return nil }
+func (p *parquetSink) failed(*dataset.FailedLine) error { return nil }
 
 // close ends the last shard; an export of no rows still has one shard,
 // empty, so that the dataset loads as an empty split.

@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ func yamlString(s string) string {
 // header that the Hugging Face hub and datasets read (configs naming
 // every shard of the train split; dataset_info with the features and
 // the row count), then the run that made it and the export's summary.
-func writeCard(w io.Writer, sum Summary, opts ExportOptions) error {
+func writeCard(w io.Writer, sum Summary, opts Options) error {
 	b := bufio.NewWriter(w)
 	fmt.Fprintln(b, "---")
 	fmt.Fprintln(b, "configs:")

@@ -1,4 +1,4 @@
-package dataset
+package export
 
 import (
 	"crypto/sha256"
@@ -95,7 +95,7 @@ type Command struct {
 	Command  string `json:"command"`
 }
 
-func newSummary(opts ExportOptions) Summary {
+func newSummary(opts Options) Summary {
 	s := Summary{Format: opts.Format, Run: opts.Run, Out: opts.Out, Dropped: map[string]int{}, MaxLength: opts.MaxLength}
 	d := opts.drops()
 	for _, f := range Filters {
@@ -171,7 +171,7 @@ type exportStats struct {
 	systemKept bool
 }
 
-func newExportStats(opts ExportOptions) *exportStats {
+func newExportStats(opts Options) *exportStats {
 	return &exportStats{systemKept: opts.Format != FormatShareGPT || opts.System == "" || opts.System == SystemKeep}
 }
 
@@ -354,7 +354,7 @@ func roundLength(n int) int {
 }
 
 // advise fills in the consumer's settings, commands and warnings.
-func advise(s *Summary, opts ExportOptions) {
+func advise(s *Summary, opts Options) {
 	out := opts.Out
 	if out == "" || out == "-" {
 		out = "FILE"
