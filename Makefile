@@ -189,7 +189,7 @@ install: build
 clean:
 	rm -rf bin
 
-# The chaos suite (chaos/): aerie as separate processes against the
+# The chaos suite (internal/chaos/): aerie as separate processes against the
 # simulator with injected faults, while workers, the aggregator and the
 # NATS server are killed; then every prompt must be in exactly one of
 # completions.jsonl and failed.jsonl, once. Each level has a single-turn
@@ -205,15 +205,15 @@ clean:
 # namespace of its own when run as root) through a leader kill, a worker
 # cut off past AckWait and a node rebuilt from an empty store: 900
 # prompts in chaos-short, 3,000 in chaos (docs/cluster.md). AERIE_CHAOS_*
-# variables tune a run (see chaos/chaos_test.go); a failed run keeps its
+# variables tune a run (see internal/chaos/chaos_test.go); a failed run keeps its
 # work directory.
 .PHONY: chaos chaos-short
 
 chaos:
-	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared|Samples)?|TestCluster)$$' ./chaos/
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared|Samples)?|TestCluster)$$' ./internal/chaos/
 
 chaos-short:
-	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./chaos/
+	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./internal/chaos/
 
 # The container image (Dockerfile): the static binary on
 # distroless/static, run as a non-root user. IMAGE names the tag.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aerie-dev/aerie/chaos"
+	"github.com/aerie-dev/aerie/internal/chaos"
 )
 
 // Environment variables of the cluster runs (all optional, beside

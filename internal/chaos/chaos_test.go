@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aerie-dev/aerie/chaos"
+	"github.com/aerie-dev/aerie/internal/chaos"
 )
 
 // Environment variables that tune a run (all optional):
