@@ -146,12 +146,6 @@ func (r *reporter) due(l *lane, now time.Time) bool {
 	return l.beat.quiet%quietEvery == 1
 }
 
-// baseURLer is implemented by backends that can say where they send
-// requests (*openai.Client does).
-type baseURLer interface {
-	BaseURL() string
-}
-
 // heartbeatHost is the host name heartbeats carry; empty when the system
 // cannot tell it.
 func heartbeatHost() string {

@@ -139,3 +139,23 @@ func (j *job) lastTurnTokens() int {
 func (j *job) truncated() bool {
 	return j != nil && len(j.turns) > 0 && j.turns[len(j.turns)-1].Answer.FinishReason == "length"
 }
+
+// turnContext returns the messages of turn i of a conversation: msgs up
+// to its i-th assistant placeholder (all of them for the last turn), each
+// earlier placeholder replaced by the answer of its turn in turns.
+func turnContext(msgs []schema.Message, turns []*schema.Turn, i int) []schema.Message {
+	out := make([]schema.Message, 0, len(msgs))
+	seen := 0
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			if seen == i {
+				break
+			}
+			out = append(out, turns[seen].Answer)
+			seen++
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}

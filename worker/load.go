@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -15,12 +14,6 @@ import (
 
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
-
-// metricsReader is implemented by backends that can read their server's
-// Prometheus metrics (*openai.Client does).
-type metricsReader interface {
-	ServerMetrics(ctx context.Context) ([]byte, error)
-}
 
 // errNoLoadMetrics says a server's /metrics has no vLLM request gauges:
 // not vLLM, or a proxy in front of it.

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
@@ -220,6 +221,23 @@ func (m *metrics) settled(run, o string) {
 		return
 	}
 	m.outcomes.WithLabelValues(run, o).Inc()
+}
+
+// completedOutcome is the outcome of a stored answer: truncated when its
+// last turn stopped at max_tokens.
+func completedOutcome(j *job) string {
+	if j.truncated() {
+		return OutcomeTruncated
+	}
+	return OutcomeCompleted
+}
+
+// deadLetterOutcome is the outcome of a dead letter with reason.
+func deadLetterOutcome(reason string) string {
+	if reason == schema.ReasonTruncated {
+		return OutcomeTruncated
+	}
+	return OutcomePermanent
 }
 
 // stateCollector reads a worker's state at scrape time, through its

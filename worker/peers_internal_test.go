@@ -38,3 +38,15 @@ func TestPeersFreeSlotsAreThoseOfPeersThatPull(t *testing.T) {
 		})
 	}
 }
+
+// A heartbeat's own speed and hints' error reach the peers' readings.
+func TestPeersHearSpeedAndHintError(t *testing.T) {
+	var p peers
+	hb := schema.Heartbeat{Run: "r", Worker: "fast", Window: 8, Speed: 42, HintError: 2.5, HintedAnswers: 300}
+	data, _ := json.Marshal(hb)
+	p.heard("self")(&nats.Msg{Data: data})
+	got := p.view(time.Now(), time.Minute, func(uint64) bool { return false }).Pulling
+	if len(got) != 1 || got[0].Speed != 42 || got[0].HintError != 2.5 {
+		t.Errorf("peers %+v, want one of speed 42 and hints' error 2.5", got)
+	}
+}

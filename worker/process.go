@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -159,11 +158,4 @@ func decodePrompt(msg jetstream.Msg) (*schema.Prompt, error) {
 		return nil, err
 	}
 	return schema.DecodePrompt(msg.Data())
-}
-
-// samplesSupport is whether the backend answers several samples in one
-// request (n): unknown until asked, then served or ignored for good.
-type samplesSupport struct {
-	state atomic.Int32
-	mu    sync.Mutex // held while asking
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aerie-dev/aerie/openai"
@@ -30,6 +31,13 @@ import (
 // CheckQuestion is what a worker, or `aerie doctor`, asks a backend to
 // see that it answers: a question of one short answer.
 const CheckQuestion = "Reply with the single word OK."
+
+// samplesSupport is whether the backend answers several samples in one
+// request (n): unknown until asked, then served or ignored for good.
+type samplesSupport struct {
+	state atomic.Int32
+	mu    sync.Mutex // held while asking
+}
 
 // Whether the backend answers several samples in one request.
 const (

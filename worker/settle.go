@@ -267,20 +267,3 @@ func (s *settler) hedgedAway(ctx context.Context, d *delivery, j *job, log *slog
 	s.metrics.settled(d.lane.run, OutcomeHedged)
 	log.Debug("answered by a hedge on a faster worker: acknowledged", "hedge", res.Header.Get(schema.HeaderWorker))
 }
-
-// completedOutcome is the outcome of a stored answer: truncated when its
-// last turn stopped at max_tokens.
-func completedOutcome(j *job) string {
-	if j.truncated() {
-		return OutcomeTruncated
-	}
-	return OutcomeCompleted
-}
-
-// deadLetterOutcome is the outcome of a dead letter with reason.
-func deadLetterOutcome(reason string) string {
-	if reason == schema.ReasonTruncated {
-		return OutcomeTruncated
-	}
-	return OutcomePermanent
-}

@@ -98,26 +98,6 @@ func (e *executor) answered(ctx context.Context, j *job) bool {
 	return err == nil && m != nil
 }
 
-// turnContext returns the messages of turn i of a conversation: msgs up
-// to its i-th assistant placeholder (all of them for the last turn), each
-// earlier placeholder replaced by the answer of its turn in turns.
-func turnContext(msgs []schema.Message, turns []*schema.Turn, i int) []schema.Message {
-	out := make([]schema.Message, 0, len(msgs))
-	seen := 0
-	for _, m := range msgs {
-		if m.Role == "assistant" {
-			if seen == i {
-				break
-			}
-			out = append(out, turns[seen].Answer)
-			seen++
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // requestMessages is a turn's context as sent: earlier answers with
 // their content, and their reasoning when the run keeps it.
 func (l *lane) requestMessages(msgs []schema.Message) []openai.Message {

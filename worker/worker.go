@@ -30,21 +30,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/natsdial"
-	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker/internal/flights"
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 	"github.com/aerie-dev/aerie/worker/internal/window"
 )
-
-// Backend is what a worker needs of an LLM server. *openai.Client
-// implements it.
-type Backend interface {
-	ChatStream(ctx context.Context, req openai.ChatRequest, progress openai.Progress) (*openai.Completion, error)
-}
-
-var _ Backend = (*openai.Client)(nil)
 
 // Worker processes the prompts of the runs it serves. Every field is set
 // by New and never replaced; the parts they point to own their state.

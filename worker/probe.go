@@ -11,25 +11,6 @@ import (
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
-// modelLister is implemented by backends that can say what they serve
-// (*openai.Client does). Backends that cannot are not checked.
-type modelLister interface {
-	Models(ctx context.Context) ([]openai.Model, error)
-}
-
-// prober asks a worker's backend, while its breaker is open, whether
-// the worker may resume (probe). Its fields are set by New; lastLog is
-// the breaker's probing goroutine's.
-type prober struct {
-	log      *slog.Logger
-	backend  Backend
-	runs     *runSet
-	health   *breaker
-	priority int
-	// lastLog is when a failed probe was last logged.
-	lastLog time.Time
-}
-
 // checkBackend waits until the backend answers /v1/models (a vLLM server
 // takes minutes to load a large model, and a worker may start first),
 // then makes sure it serves model, the run's. A worker pointed at the
@@ -69,17 +50,17 @@ func checkBackend(ctx context.Context, backend Backend, name string, log *slog.L
 	}
 }
 
-// keyReloader is implemented by backends that read their API key from a
-// file (*openai.Client with a key file): a paused worker re-reads it, so
-// that fixing the file resumes the worker without a restart.
-type keyReloader interface {
-	ReloadAPIKey() (changed bool, err error)
-}
-
-// healthChecker is implemented by backends with a health endpoint
-// (*openai.Client: GET /health).
-type healthChecker interface {
-	Health(ctx context.Context) error
+// prober asks a worker's backend, while its breaker is open, whether
+// the worker may resume (probe). Its fields are set by New; lastLog is
+// the breaker's probing goroutine's.
+type prober struct {
+	log      *slog.Logger
+	backend  Backend
+	runs     *runSet
+	health   *breaker
+	priority int
+	// lastLog is when a failed probe was last logged.
+	lastLog time.Time
 }
 
 // probe decides whether a paused worker may resume: the backend
