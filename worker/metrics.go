@@ -285,7 +285,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	h := r.pauses.worker()
 	generating, window, paused := float64(r.requests.generating.Load()), float64(r.slots.Capacity()), r.pauses.breaker.pausedFor().Seconds()
 	lanes := r.runs.serving()
-	if len(lanes) == 0 && c.run != "" {
+	waiting := len(lanes) == 0 && c.run != ""
+	if waiting {
 		// Waiting for the run's manifest: its series are there, at zero.
 		lanes = []*lane{{run: c.run}}
 	}
@@ -305,7 +306,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tailHold, boolValue(l.tailHold.Load()))
 		gauge(c.consumerFull, boolValue(l.consumerFull.Load()))
 		gauge(c.storeFull, boolValue(h.StoreFull))
-		gauge(c.pulling, boolValue(h.With(l.holds()).Pause().Pulls))
+		gauge(c.pulling, boolValue(!waiting && h.With(l.holds()).Pause().Pulls))
 	}
 }
 

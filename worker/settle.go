@@ -92,14 +92,7 @@ func (s *settler) done(ctx context.Context, d *delivery, j *job, log *slog.Logge
 			s.settle(ctx, d, j, &policy.TooLargeError{Err: perr})
 			return
 		}
-		if ctx.Err() != nil {
-			s.metrics.settled(d.lane.run, OutcomeHandedBack)
-			d.nak(0, log)
-			return
-		}
-		log.Error("cannot store result; prompt will be retried", "err", perr)
-		s.metrics.settled(d.lane.run, OutcomeTransient)
-		d.nak(retryDelay(d.attempt, s.retry.base, s.retry.max), log)
+		s.later(ctx, d, log, "cannot store result; prompt will be retried", perr)
 		return
 	}
 	// The stored turns are now part of a result: heartbeats no longer
@@ -198,19 +191,26 @@ func (s *settler) giveBack(ctx context.Context, d *delivery, what policy.Outcome
 		log.Debug("handed back for an idle worker: no first token yet at the end of the run")
 		d.nak(0, log)
 	case policy.Later:
-		if ctx.Err() != nil {
-			s.metrics.settled(d.lane.run, OutcomeHandedBack)
-			d.nak(0, log)
-			return
-		}
-		log.Error("cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later", "err", err)
-		s.metrics.settled(d.lane.run, OutcomeTransient)
-		d.nak(retryDelay(d.attempt, s.retry.base, s.retry.max), log)
+		s.later(ctx, d, log, "cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later", err)
 	default:
 		// Done and HedgedAway are not outcomes of a prompt without an
 		// answer of its own.
 		d.nak(0, log)
 	}
+}
+
+// later hands the prompt of d back after the retry delay, saying why
+// (the store's trouble, err, not the prompt's); at once, and silently,
+// while the worker stops.
+func (s *settler) later(ctx context.Context, d *delivery, log *slog.Logger, why string, err error) {
+	if ctx.Err() != nil {
+		s.metrics.settled(d.lane.run, OutcomeHandedBack)
+		d.nak(0, log)
+		return
+	}
+	log.Error(why, "err", err)
+	s.metrics.settled(d.lane.run, OutcomeTransient)
+	d.nak(retryDelay(d.attempt, s.retry.base, s.retry.max), log)
 }
 
 // hintHandBackDelay is how long a prompt handed back by a slow worker
