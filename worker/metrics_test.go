@@ -31,6 +31,7 @@ func TestMetricsOutcomes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w, _ := b.start(t, worker.Config{Window: 5, RetryBase: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond, BreakerThreshold: 100, Metrics: reg}, url)
 	b.waitSettled(t, 20*time.Second)
+	waitOutcomes(t, reg, 7)
 
 	f := metricstest.Gather(t, reg)
 	for outcome, want := range map[string]float64{
@@ -72,6 +73,7 @@ func TestMetricsBreaker(t *testing.T) {
 	}, "the breaker gauge to say open")
 	f.sick.Store(false)
 	b.waitSettled(t, 60*time.Second)
+	waitOutcomes(t, reg, n, "outcome", worker.OutcomeCompleted)
 	brokertest.Eventually(t, 20*time.Second, func() bool {
 		v, _ := metricstest.Gather(t, reg).Sum("aerie_worker_breaker_open")
 		return v == 0
@@ -89,4 +91,17 @@ func TestMetricsBreaker(t *testing.T) {
 	if v, _ := m.Sum("aerie_worker_streamed_tokens_total"); v <= 0 {
 		t.Errorf("streamed tokens %v, want > 0", v)
 	}
+}
+
+// waitOutcomes waits until the settlements counted under the outcomes
+// match selects (every outcome when none) add up to n. A worker counts
+// a settlement once the server has confirmed its ack, nak or term: a
+// moment after the consumer's ack floor, which waitSettled watches, has
+// passed the message.
+func waitOutcomes(t *testing.T, reg *prometheus.Registry, n float64, match ...string) {
+	t.Helper()
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		v, _ := metricstest.Gather(t, reg).Sum("aerie_worker_outcomes_total", match...)
+		return v >= n
+	}, "every settlement counted")
 }
