@@ -23,7 +23,7 @@ COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/aerie ./cmd/aerie
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/aerie-dev/aerie/schema.buildVersion=${VERSION}" -o /out/aerie ./cmd/aerie
 # Directories the nonroot user owns in the final image: a named volume
 # mounted on one of them starts with this owner, so the aggregator can
 # write /data and `aerie auth init` can write /etc/aerie without root.

@@ -5,7 +5,7 @@ GO       ?= go
 BIN      := bin/aerie
 PREFIX   ?= /usr/local
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+LDFLAGS  := -s -w -X github.com/aerie-dev/aerie/schema.buildVersion=$(VERSION)
 
 # make run knobs: RUN names the run (a new name starts a new run; the same
 # name resumes), PROMPTS how many synthetic prompts, SPEED the simulator's

@@ -26,10 +26,16 @@ func SchemaHeader(kind string) string { return kind + "/" + strconv.Itoa(Version
 type VersionError struct {
 	Kind string
 	Got  int
+	// Reads is the versions this build reads, when not Version alone.
+	Reads string
 }
 
 func (e *VersionError) Error() string {
-	return fmt.Sprintf("%s message has schema version %d, this aerie reads version %d: upgrade aerie on this host", e.Kind, e.Got, Version)
+	reads := "version " + strconv.Itoa(Version)
+	if e.Reads != "" {
+		reads = "versions " + e.Reads
+	}
+	return fmt.Sprintf("%s message has schema version %d, this aerie (%s) reads %s: upgrade aerie on this host", e.Kind, e.Got, BuildVersion(), reads)
 }
 
 // DecodeError reports a payload that is not a valid message of its kind.
@@ -138,9 +144,16 @@ func CheckSchemaHeader(kind, header string) error {
 	return nil
 }
 
-// EncodeManifest marshals a manifest as indented JSON.
+// EncodeManifest marshals a manifest as indented JSON, completing its
+// Needs and stamping the lowest version that can say them: 1 when the
+// run needs no feature, so that every aerie serves it, ManifestVersion
+// otherwise.
 func EncodeManifest(m *Manifest) ([]byte, error) {
-	m.V = Version
+	m.Needs = union(m.Needs, m.Uses())
+	m.V = ManifestVersion1
+	if len(m.Needs) > 0 {
+		m.V = ManifestVersion
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest of run %s: %w", m.Run, err)
@@ -148,15 +161,19 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeManifest unmarshals a manifest.
+// DecodeManifest unmarshals a manifest of version 1 or ManifestVersion
+// and completes its Needs. It does not check them: a reader that lacks a
+// feature says so itself (see Lacking), and tools that only show a run
+// show it all the same.
 func DecodeManifest(b []byte) (*Manifest, error) {
 	m := new(Manifest)
 	if err := json.Unmarshal(b, m); err != nil {
 		return nil, &DecodeError{Kind: "manifest", Err: err}
 	}
-	if m.V != Version {
-		return nil, &VersionError{Kind: "manifest", Got: m.V}
+	if m.V != ManifestVersion1 && m.V != ManifestVersion {
+		return nil, &VersionError{Kind: "manifest", Got: m.V, Reads: "1 and 2"}
 	}
+	m.Needs = union(m.Needs, m.Uses())
 	// The manifest is stored indented, which indents its JSON objects too:
 	// give them back in the canonical form every other copy has.
 	for _, obj := range []*json.RawMessage{&m.Params.ChatTemplateKwargs, &m.Params.ExtraBody} {

@@ -123,6 +123,18 @@ type Heartbeat struct {
 	// requests streams, as it measures it; 0 while unknown. Other workers
 	// compare it with their own.
 	Speed float64 `json:"speed,omitempty"`
+	// Version is the worker's aerie version (BuildVersion), and Features
+	// the features it implements (Implemented). Both are empty from a
+	// worker older than feature checks, which reads manifests of version
+	// 1 only: it serves no run that needs a feature.
+	Version  string   `json:"version,omitempty"`
+	Features []string `json:"features,omitempty"`
+	// Lacks is set when the worker leaves the run alone because it lacks
+	// these features, which the run or one of its messages needs; it is
+	// then Paused, and LacksWrittenBy is the aerie version that wrote
+	// the run (or the message), one that has them.
+	Lacks          []string `json:"lacks,omitempty"`
+	LacksWrittenBy string   `json:"lacks_written_by,omitempty"`
 }
 
 // MinHintedAnswers is how many answers to hinted prompts a worker
@@ -269,4 +281,13 @@ type Throughput struct {
 	// broker lost prompts; the aggregator's warning says how to get them
 	// back. Zero (absent) otherwise.
 	Unwritten int `json:"unwritten,omitempty"`
+	// AggregatorVersion is the aerie version of the aggregator that
+	// publishes the event; empty from one older than the field.
+	AggregatorVersion string `json:"aggregator_version,omitempty"`
+	// AggregatorLacks is set while the aggregator writes nothing of the
+	// run because it lacks these features, which the run or one of its
+	// results needs; AggregatorLacksWrittenBy is the aerie version that
+	// wrote the run (or the result), one that has them.
+	AggregatorLacks          []string `json:"aggregator_lacks,omitempty"`
+	AggregatorLacksWrittenBy string   `json:"aggregator_lacks_written_by,omitempty"`
 }

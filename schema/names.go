@@ -94,6 +94,14 @@ const (
 	HeaderSample = "Aerie-Sample"
 	// HeaderTurn holds, on a stored turn, its index from 0.
 	HeaderTurn = "Aerie-Turn"
+	// HeaderNeeds lists, comma separated, the features a reader must
+	// implement to handle the message (see FeatureSamples): its run's and
+	// its own. Absent when it needs none. A reader that lacks one hands
+	// the message back, uncounted.
+	HeaderNeeds = "Aerie-Needs"
+	// HeaderWrittenBy is, beside HeaderNeeds, the aerie version that
+	// wrote the message: one that has every feature it lists.
+	HeaderWrittenBy = "Aerie-Written-By"
 )
 
 // Content types.

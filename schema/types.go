@@ -5,9 +5,22 @@ import (
 	"time"
 )
 
-// Version is the schema version this build writes and the only one it
-// reads. A change that old readers cannot ignore bumps it.
+// Version is the schema version of the wire messages (Prompt, Result,
+// DeadLetter, Turn) this build writes and the only one it reads. What
+// old readers cannot ignore is a feature (see FeatureSamples): named in
+// the manifest, which old readers then do not read (ManifestVersion),
+// and in each message's HeaderNeeds.
 const Version = 1
+
+// Manifest versions. A manifest whose run needs no feature is version 1,
+// which every aerie reads; one that needs any is version 2 and lists them
+// (Manifest.Needs). Builds from before features existed read version 1
+// only, so they leave such a run alone ("run manifest cannot be read")
+// instead of handling work they do not understand.
+const (
+	ManifestVersion1 = 1
+	ManifestVersion  = 2
+)
 
 // Message is one chat turn. Role and Content are all an input message
 // has; an assistant turn that aerie generated (an earlier turn of a
@@ -316,6 +329,20 @@ type Manifest struct {
 	// succeeds: Total with TurnsLast, the sum of every conversation's
 	// turns (times Samples) with TurnsAll. Zero means Total.
 	TotalTurns int `json:"total_turns,omitempty"`
+	// Task is the run's task kind; empty means TaskChat. A kind other
+	// than chat is a feature (TaskFeature).
+	Task string `json:"task,omitempty"`
+	// Needs lists the features a reader must implement to handle the run
+	// (see FeatureSamples), sorted: those its settings use (Uses) and any
+	// it was produced to need besides. EncodeManifest and DecodeManifest
+	// complete it, so that a manifest of version 1, which has none
+	// stored, says what its settings use all the same.
+	Needs []string `json:"needs,omitempty"`
+	// WrittenBy is the aerie version that produced the run, one that
+	// implements every feature of Needs: what a reader lacking one names
+	// as the version to upgrade to. Empty in manifests written before it
+	// existed.
+	WrittenBy string `json:"written_by,omitempty"`
 	Schedule
 }
 

@@ -199,7 +199,7 @@ func buildAerie(t testing.TB) string {
 			return
 		}
 		built.bin = filepath.Join(built.dir, "aerie")
-		out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", built.bin, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-ldflags", "-X github.com/aerie-dev/aerie/schema.buildVersion="+testVersion, "-o", built.bin, ".").CombinedOutput()
 		if err != nil {
 			built.err = fmt.Errorf("%w\n%s", err, out)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/dataset"
 	"github.com/aerie-dev/aerie/export"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 const exportSynopsis = `--run NAME [--data-dir D] --format F --out FILE|DIR [--drop F,...] [--dedupe prompt|answer] [--max-length N] [--from-stream]
@@ -96,7 +97,7 @@ func cmdExport(ctx context.Context, args []string) error {
 		return fmt.Errorf("--shard-size %d: a shard's largest size in bytes, from 1 (default %d)", *shardSize, int64(export.DefaultShardSize))
 	}
 	opts := export.Options{Format: *format, Run: *run, Dedupe: *dedupe, MaxLength: *maxLength,
-		AllowSimulated: *allowSimulated, ThinkOpen: *thinkOpen, ThinkClose: *thinkClose, Out: *out, Version: version}
+		AllowSimulated: *allowSimulated, ThinkOpen: *thinkOpen, ThinkClose: *thinkClose, Out: *out, Version: schema.BuildVersion()}
 	if *format == export.FormatShareGPT || set["system"] {
 		opts.System = *system
 	}

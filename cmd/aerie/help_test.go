@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // A failing command's message names the command once: "aerie produce:
@@ -99,7 +101,8 @@ func TestHelpAndVersion(t *testing.T) {
 	}
 	for _, arg := range []string{"--version", "-version", "version"} {
 		p := aerie(t, bin, arg)
-		if code := p.exit(t, time.Minute); code != 0 || p.stdout.String() != fmt.Sprintf("aerie %s\n", testVersion) {
+		want := fmt.Sprintf("aerie %s\nfeatures: %s\n", testVersion, strings.Join(schema.Implemented(), " "))
+		if code := p.exit(t, time.Minute); code != 0 || p.stdout.String() != want {
 			t.Errorf("aerie %s: exit %d, printed %q", arg, code, p.stdout.String())
 		}
 	}

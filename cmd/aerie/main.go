@@ -14,10 +14,8 @@ import (
 
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/broker"
+	"github.com/aerie-dev/aerie/schema"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 type command struct {
 	name, summary string
@@ -162,6 +160,7 @@ func cmdVersion(_ context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	fmt.Println("aerie", version)
+	fmt.Println("aerie", schema.BuildVersion())
+	fmt.Println("features:", strings.Join(schema.Implemented(), " "))
 	return nil
 }
