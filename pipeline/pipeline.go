@@ -58,6 +58,9 @@ type Config struct {
 	ContextReasoning string
 	Samples          int
 	ReturnTokenIDs   bool
+	// Needs are features the run needs besides its settings' (see
+	// producer.Config.Needs).
+	Needs []string
 	// Workers is how many workers run, 1 when zero, each configured by
 	// Worker: its window, grace, hand-back, hedging and yield settings as
 	// aerie work takes them. Its Run, Runs and AllRuns are the run's,
@@ -477,7 +480,7 @@ func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config 
 	return producer.Config{
 		Run: cfg.Run, PromptsFile: cfg.PromptsFile, Model: model,
 		Params: cfg.Params, Policy: cfg.Policy,
-		Turns: cfg.Turns, ContextReasoning: cfg.ContextReasoning, Samples: cfg.Samples, ReturnTokenIDs: cfg.ReturnTokenIDs,
+		Turns: cfg.Turns, ContextReasoning: cfg.ContextReasoning, Samples: cfg.Samples, ReturnTokenIDs: cfg.ReturnTokenIDs, Needs: cfg.Needs,
 		SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log, Order: cfg.Order,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/aerie-dev/aerie/dataset"
@@ -76,6 +77,12 @@ type Config struct {
 	// and answer (vLLM's return_token_ids), stored with each turn. False,
 	// the default, asks for none.
 	ReturnTokenIDs bool
+	// Needs names features every reader of the run must implement besides
+	// those its settings use (schema.Manifest.Needs): to keep a run from
+	// builds older than one that has them, such as a fleet being
+	// upgraded for a fix that is named as a feature. Each must be one
+	// this build implements. Nil adds none.
+	Needs []string
 	// Schedule is how the run shares workers that serve several runs
 	// (priority, weight), stored in the manifest when the run is first
 	// produced; nil means the default schedule. A run produced again
@@ -181,6 +188,10 @@ func (c Config) Validate() error {
 	}
 	if err := c.Params.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sampling parameters: %w", err))
+	}
+	if l := schema.Lacking(c.Needs); len(l) > 0 {
+		errs = append(errs, fmt.Errorf("needs %s: this aerie (%s) does not implement it, so it cannot produce a run that needs it; its features are %s",
+			strings.Join(l, ", "), schema.BuildVersion(), strings.Join(schema.Implemented(), ", ")))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("produce configuration: %w", errors.Join(errs...))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,8 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 		ReturnTokenIDs: cfg.ReturnTokenIDs,
 		Prompts:        sc.report.Valid,
 		TotalTurns:     sc.report.Turns,
+		Needs:          slices.Clone(cfg.Needs),
+		WrittenBy:      schema.BuildVersion(),
 	}
 	if cfg.Schedule != nil {
 		m.Schedule = *cfg.Schedule
@@ -96,6 +99,11 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	if diffs := settingsDiff(old, m); len(diffs) > 0 {
 		return nil, false, &ManifestConflictError{Run: cfg.Run, Differences: append(diffs, promptSetDiff(old, m)...)}
 	}
+	for _, f := range cfg.Needs {
+		if !slices.Contains(old.Needs, f) {
+			return nil, false, &ManifestConflictError{Run: cfg.Run, Differences: []string{fmt.Sprintf("feature %s is needed now, not in the stored manifest (it needs %s)", f, needsList(old.Needs))}}
+		}
+	}
 	if err := checkPromptSet(ctx, js, cfg, sc, old, m); err != nil {
 		return nil, false, err
 	}
@@ -105,6 +113,14 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 			"given_priority", cfg.Schedule.Priority, "given_weight", cfg.Schedule.Share())
 	}
 	return old, false, nil
+}
+
+// needsList is needs for a message: "none" when empty.
+func needsList(needs []string) string {
+	if len(needs) == 0 {
+		return "none"
+	}
+	return strings.Join(needs, ", ")
 }
 
 // contextReasoning is a ContextReasoning setting or its default, drop.

@@ -24,10 +24,10 @@ func linePrompt(run, source string, l dataset.Line) *schema.Prompt {
 }
 
 // promptMessage builds the message that queues one unit of a prompt (its
-// Sample). Its subject and Nats-Msg-Id depend only on the run and the
-// unit, so publishing it again, from this produce or any later one, is
-// recognised as a repeat.
-func promptMessage(p *schema.Prompt) (*nats.Msg, error) {
+// Sample), for a run that needs the features needs. Its subject and
+// Nats-Msg-Id depend only on the run and the unit, so publishing it
+// again, from this produce or any later one, is recognised as a repeat.
+func promptMessage(p *schema.Prompt, needs []string) (*nats.Msg, error) {
 	data, err := schema.EncodePrompt(p)
 	if err != nil {
 		return nil, err
@@ -43,6 +43,7 @@ func promptMessage(p *schema.Prompt) (*nats.Msg, error) {
 	}
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	schema.SetNeeds(m.Header, schema.MessageNeeds(needs, p.Uses()))
 	return m, nil
 }
 

@@ -364,7 +364,7 @@ func publishSamples(t *testing.T, js jetstream.JetStream, cfg Config, pick func(
 			if perMessage > 1 {
 				p.Samples = perMessage
 			}
-			m, err := promptMessage(p)
+			m, err := promptMessage(p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

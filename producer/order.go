@@ -103,7 +103,7 @@ func publishLongestFirst(ctx context.Context, cfg Config, sc *scan, rd *dataset.
 		if err != nil {
 			return fmt.Errorf("produce run %s: the spool file %s is corrupt: %w", cfg.Run, f.Name(), err)
 		}
-		msg, err := promptMessage(p)
+		msg, err := promptMessage(p, sc.needs)
 		if err != nil {
 			return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, sc.unit, r.line, err)
 		}

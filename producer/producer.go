@@ -124,7 +124,7 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 	}
 	// The run's own format: a run produced before samples went in one
 	// message goes on with one message per sample.
-	sc.perMessage = manifest.PerMessage()
+	sc.perMessage, sc.needs = manifest.PerMessage(), manifest.Needs
 
 	m := newMeter(cfg.Progress, fmt.Sprintf("publishing %s to run %s", filepath.Base(cfg.PromptsFile), cfg.Run), int64(rep.Units), promptsLine, unitNoun(cfg.samples()))
 	pub := newPublisher(js, cfg, stream, limit, m)
@@ -253,7 +253,7 @@ func feed(ctx context.Context, cfg Config, sc *scan, rd *dataset.Reader, add fun
 		}
 		for k := 0; k < cfg.samples(); k += perMessage {
 			p.Sample = k
-			msg, err := promptMessage(p)
+			msg, err := promptMessage(p, sc.needs)
 			if err != nil {
 				return fmt.Errorf("produce %s %s %d: %w", cfg.PromptsFile, unit, n, err)
 			}

@@ -127,7 +127,7 @@ func TestRunAfterCrashPublishesTheRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := promptMessage(&schema.Prompt{Run: cfg.Run, Source: fmt.Sprintf("prompts.jsonl:%d", i+1), ID: id, Messages: msgs})
+		m, err := promptMessage(&schema.Prompt{Run: cfg.Run, Source: fmt.Sprintf("prompts.jsonl:%d", i+1), ID: id, Messages: msgs}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,7 +83,7 @@ func TestOverMaxPayloadAtPublishIsAFailure(t *testing.T) {
 	pub.start(ctx)
 	for i, text := range []string{"small", strings.Repeat("x", 100<<10)} {
 		id := fmt.Sprintf("p%d", i)
-		m, err := promptMessage(&schema.Prompt{Run: cfg.Run, Source: "p.jsonl:1", ID: id, Messages: []schema.Message{user(text)}})
+		m, err := promptMessage(&schema.Prompt{Run: cfg.Run, Source: "p.jsonl:1", ID: id, Messages: []schema.Message{user(text)}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,9 @@ type scan struct {
 	// the run's manifest (schema.Manifest.PerMessage); set before the
 	// publishing pass.
 	perMessage int
+	// needs is the features the run's manifest needs, which every
+	// message names (schema.HeaderNeeds); set with perMessage.
+	needs []string
 	// turns sums the turns of the valid prompts: schema.TurnSlots of each
 	// with --turns all, one each otherwise.
 	turns int
@@ -132,7 +135,8 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 		// The last sample's message is the largest: its sample number
 		// is the longest, and only samples after the first carry one.
 		p.Sample = cfg.samples() - 1
-		m, err := promptMessage(p)
+		// Its headers as large as they may come: every feature named.
+		m, err := promptMessage(p, schema.Implemented())
 		switch {
 		case err != nil:
 			reason = err.Error()

@@ -207,6 +207,7 @@ func (r *Requeuer) publish(ctx context.Context, p *schema.Prompt) (Outcome, erro
 	m.Header.Set(schema.HeaderRun, r.run)
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
+	schema.SetNeeds(m.Header, schema.MessageNeeds(r.manifest.Needs, p.Uses()))
 	outcome := Published
 	err = request(ctx, r.opts, fmt.Sprintf("publish prompt %q to %s", p.ID, m.Subject), func(ctx context.Context) error {
 		_, err := r.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))

@@ -25,8 +25,10 @@ type Requeuer struct {
 }
 
 // New returns a Requeuer for run. It fails when the run has no manifest
-// (it was never produced on this server: a wrong --run or --nats) or when
-// one of aerie's streams is missing.
+// (it was never produced on this server: a wrong --run or --nats), when
+// the run needs a feature this build lacks (a *schema.LackError: it
+// would queue prompts it does not understand), or when one of aerie's
+// streams is missing.
 func New(ctx context.Context, js jetstream.JetStream, run string, opts Options) (*Requeuer, error) {
 	if err := schema.ValidateRun(run); err != nil {
 		return nil, err
@@ -37,6 +39,9 @@ func New(ctx context.Context, js jetstream.JetStream, run string, opts Options) 
 	r := &Requeuer{js: js, run: run, opts: opts.WithDefaults()}
 	var err error
 	if r.manifest, err = r.readManifest(ctx); err != nil {
+		return nil, err
+	}
+	if err := schema.CheckNeeds("run "+run, r.manifest.Needs, r.manifest.WrittenBy); err != nil {
 		return nil, err
 	}
 	for _, s := range []struct {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 )
 
 // A feature names something a reader must understand to handle a run, or
@@ -44,7 +46,8 @@ const (
 	// FeaturePromptMaxTokens: a replay's own max_tokens (Prompt.MaxTokens).
 	FeaturePromptMaxTokens = "prompt-max-tokens"
 	// FeatureOnLength: a run's failure policy other than the defaults
-	// (Policy: attempts, on-length dead-letter or retry).
+	// (Policy: attempts other than DefaultMaxAttempts, on-length
+	// dead-letter or retry).
 	FeatureOnLength = "failure-policy"
 	// FeatureSimulatedMark: an answer marked as the simulator's
 	// (Result.Simulated), which export refuses as a real model's.
@@ -202,7 +205,7 @@ func (m *Manifest) Uses() []string {
 	s.addIf(m.TurnsMode() == TurnsAll, FeatureTurnsAll)
 	s.addIf(m.ContextReasoning != "" && m.ContextReasoning != ContextReasoningDrop, FeatureContextReasoning)
 	s.addIf(m.ReturnTokenIDs, FeatureTokenIDs)
-	s.addIf(m.Policy != (Policy{}), FeatureOnLength)
+	s.addIf(m.Policy.Attempts() != DefaultMaxAttempts || m.Policy.Length() != OnLengthKeep || m.Policy.LengthRetryMaxTokens != 0, FeatureOnLength)
 	paramsNeeds(&s, &m.Params)
 	return s.sorted()
 }
@@ -246,6 +249,27 @@ func (d *DeadLetter) Uses() []string {
 // MessageNeeds is what HeaderNeeds says of a message of a run that needs
 // run: the run's features and the message's own.
 func MessageNeeds(run, own []string) []string { return union(run, own) }
+
+// SetNeeds puts needs in h (HeaderNeeds), with this build's version
+// (HeaderWrittenBy); nothing when needs is empty, as on every message of
+// a run of version 1.
+func SetNeeds(h nats.Header, needs []string) {
+	if len(needs) == 0 {
+		return
+	}
+	h.Set(HeaderNeeds, FormatNeeds(needs))
+	h.Set(HeaderWrittenBy, BuildVersion())
+}
+
+// CheckHeader returns a *LackError when the message whose header is h,
+// called what, needs features this build lacks.
+func CheckHeader(what string, h nats.Header) error {
+	v := h.Get(HeaderNeeds)
+	if v == "" {
+		return nil
+	}
+	return CheckNeeds(what, ParseNeeds(v), h.Get(HeaderWrittenBy))
+}
 
 // union is a and b without repeats, sorted; nil when both are empty.
 func union(a, b []string) []string {

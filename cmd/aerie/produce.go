@@ -42,6 +42,7 @@ type samplingFlags struct {
 	contextReasoning   string
 	samples            int
 	returnTokenIDs     bool
+	needs              stringList
 }
 
 func addSamplingFlags(fs *flag.FlagSet, sf *samplingFlags, modelHelp string) {
@@ -65,6 +66,7 @@ func addSamplingFlags(fs *flag.FlagSet, sf *samplingFlags, modelHelp string) {
 	fs.StringVar(&sf.contextReasoning, "context-reasoning", schema.ContextReasoningDrop, "with --turns all, what an earlier generated answer carries into later turns: drop (its content only) or keep (its reasoning too, as reasoning_content)")
 	fs.IntVar(&sf.samples, "samples", 1, fmt.Sprintf("independent answers per prompt, 1 to %d, each queued and written on its own (with --seed, sample k uses seed+k)", producer.MaxSamples))
 	fs.BoolVar(&sf.returnTokenIDs, "return-token-ids", false, "ask the backend for the token ids of every prompt and answer (vLLM's return_token_ids), stored with each turn")
+	fs.Var(&sf.needs, "needs", "a `feature` every worker, aggregator and export of the run must implement, besides those its settings need (aerie version lists them); repeat for several. Builds without it leave the run alone and say so")
 }
 
 func (sf *samplingFlags) params() schema.Params {
@@ -121,6 +123,7 @@ func flagErrors(err error) []error {
 // produceSettings fills cfg's turns, samples and token ids from the flags.
 func (sf *samplingFlags) produceSettings(cfg *producer.Config) {
 	cfg.Turns, cfg.ContextReasoning, cfg.Samples, cfg.ReturnTokenIDs = sf.turns, sf.contextReasoning, sf.samples, sf.returnTokenIDs
+	cfg.Needs = sf.needs.v
 }
 
 // addPolicyFlags binds the run's failure and truncation policy, which goes

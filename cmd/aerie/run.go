@@ -102,7 +102,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
 		Backend: bf.url, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
-		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs,
+		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs, Needs: sf.needs.v,
 		Workers: *workers, Worker: wc, NATSListen: *listen,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip, Order: *order,
