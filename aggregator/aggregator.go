@@ -69,8 +69,11 @@ type Aggregator struct {
 	ackWaitKnown bool
 	last         sync.Mutex
 	snapshot     schema.Throughput
-	writeErr     string                // guarded by last
-	paused       map[string]pausedInfo // guarded by last
+	writeErr     string // guarded by last
+	// lacks is set, once, when a result or dead letter needs a feature
+	// this build lacks: nothing more is written (see fitting).
+	lacks  atomic.Pointer[schema.LackError]
+	paused map[string]pausedInfo // guarded by last
 	// starved counts the snapshots in a row that found the run waiting
 	// for slots (see slots.go); guarded by last. sched is the run's
 	// schedule, followed from its manifest.
@@ -157,6 +160,11 @@ func (a *Aggregator) Last() schema.Throughput {
 // not a failure.
 func (a *Aggregator) Run(ctx context.Context) error {
 	m, err := provision.WaitManifest(ctx, a.js, a.cfg.Run, a.log)
+	if err == nil {
+		if lack := lackOf(m); lack != nil {
+			m, err = a.waitServable(ctx, m, lack)
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

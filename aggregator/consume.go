@@ -27,6 +27,13 @@ func (a *Aggregator) consume(ctx context.Context, cons jetstream.Consumer, write
 	// holds at that size.
 	largest := int(a.nc.MaxPayload())
 	for ctx.Err() == nil {
+		if a.lacks.Load() != nil {
+			// Left alone: nothing of the run is fetched any more.
+			if !sleepCtx(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
 		if !a.owner.valid() {
 			// The lease could not be renewed lately (NATS unreachable):
 			// another aggregator may take the run once it expires, so
@@ -194,6 +201,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 	var fresh []lineindex.Summary
 	var written, poisoned []jetstream.Msg
 	var poisonErrs []error
+	msgs = a.fitting(msgs)
 	a.mu.Lock()
 	seen := make(map[string]bool)
 	for _, m := range msgs {
@@ -263,6 +271,7 @@ func newEncoder(w *bytes.Buffer) *json.Encoder {
 // for its unit (it was replayed and failed again) replaces that line, so
 // failed.jsonl holds every failed unit's latest failure.
 func (a *Aggregator) writeDeadLetters(msgs []jetstream.Msg) error {
+	msgs = a.fitting(msgs)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var buf bytes.Buffer

@@ -18,6 +18,10 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 	a.last.Lock()
 	defer a.last.Unlock()
 	s.WriteError = a.writeErr
+	s.AggregatorVersion = schema.BuildVersion()
+	if le := a.lacks.Load(); le != nil {
+		s.AggregatorLacks, s.AggregatorLacksWrittenBy = le.Lacking, le.By
+	}
 	for w, p := range a.paused {
 		if now.Sub(p.at) > pausedStale {
 			delete(a.paused, w) // gone quiet: no longer a live worker

@@ -128,7 +128,8 @@ type Options struct {
 	// ShardSize bounds a FormatParquet shard in bytes; zero means
 	// DefaultShardSize.
 	ShardSize int64
-	// Manifest is the run's, when known: the dataset card describes the
+	// Manifest is the run's, when known: Validate refuses a run that
+	// needs a feature this build lacks, and the dataset card describes the
 	// run from it, and with FormatSpeculators a run that asked for token
 	// ids and has none names the backend as the cause.
 	Manifest *schema.Manifest
@@ -170,6 +171,13 @@ func (o Options) Validate() error {
 	}
 	if o.System != "" && o.System != SystemKeep && o.Format != FormatShareGPT {
 		return fmt.Errorf("--system is for format sharegpt: format %s keeps system messages as role system", o.Format)
+	}
+	if m := o.Manifest; m != nil {
+		// Lines of a run that needs a feature this build lacks may carry
+		// what it would drop or misread.
+		if err := schema.CheckNeeds("run "+m.Run, m.Needs, m.WrittenBy); err != nil {
+			return err
+		}
 	}
 	if o.ShardSize < 0 || (o.ShardSize > 0 && o.Format != FormatParquet) {
 		return errors.New("--shard-size is for format parquet, in bytes from 1")

@@ -31,6 +31,9 @@ func (s *Streams) Completions(ctx context.Context, fn func([]byte) error) error 
 			s.Undecodable++
 			return nil
 		}
+		if err := schema.CheckHeader("a result of run "+s.Run, m.Headers()); err != nil {
+			return err
+		}
 		r, err := schema.DecodeResult(m.Data())
 		if err != nil {
 			s.Undecodable++

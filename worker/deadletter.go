@@ -39,7 +39,8 @@ func (s *store) putDeadLetter(ctx context.Context, d *delivery, j *job, reason s
 	if err != nil {
 		return err
 	}
-	out := s.message(d.lane.run, schema.DeadRoot+"."+d.lane.run+"."+token, schema.KindDeadLetter, dl.Unit(), data)
+	out := s.message(d.lane.run, schema.DeadRoot+"."+d.lane.run+"."+token, schema.KindDeadLetter, dl.Unit(), data,
+		schema.MessageNeeds(d.lane.manifest.Needs, dl.Uses()))
 	out.Header.Set(schema.HeaderReason, reason)
 	out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.seq, 10))
 	out.Header.Set(schema.HeaderMsgID, schema.DeadMsgID(d.lane.run, token, d.seq, uint64(d.attempt)))

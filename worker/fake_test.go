@@ -81,6 +81,17 @@ func (f *fakeLLM) count(prompt string) int {
 	return f.requests[prompt]
 }
 
+// total is the number of chat requests made so far, for every prompt.
+func (f *fakeLLM) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.requests {
+		n += c
+	}
+	return n
+}
+
 func (f *fakeLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.down.Load() {
 		http.Error(w, `{"error":{"message":"engine dead","type":"ServiceUnavailableError","code":503}}`, http.StatusServiceUnavailable)

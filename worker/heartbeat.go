@@ -77,7 +77,8 @@ func (r *reporter) heartbeat(l *lane) schema.Heartbeat {
 		ConsumerFull: l.consumerFull.Load(),
 		Hedgeable:    r.hedges.hedgeable(l, time.Now()),
 		Hedges:       l.n.hedges.Load(), HedgesWon: l.n.hedgesWon.Load(), HedgedTokens: l.n.hedgedTokens.Load(),
-		Speed: math.Float64frombits(r.control.speed.Load()),
+		Speed:   math.Float64frombits(r.control.speed.Load()),
+		Version: schema.BuildVersion(), Features: builtFeatures,
 	}
 	if ratios, seen := l.hintErr.sorted(); policy.HintError(ratios, seen) > 0 {
 		hb.HintError, hb.HintedAnswers = policy.HintError(ratios, seen), seen
@@ -92,6 +93,9 @@ func (r *reporter) heartbeat(l *lane) schema.Heartbeat {
 	}
 	if p := r.pauses.of(l).Pause(); p.Paused {
 		hb.Paused, hb.PausedReason = true, p.Reason
+	}
+	if le := l.lacks.Load(); le != nil {
+		hb.Lacks, hb.LacksWrittenBy = le.Lacking, le.By
 	}
 	return hb
 }
@@ -111,11 +115,18 @@ func (r *reporter) publish() {
 }
 
 // skipped publishes a heartbeat for a run this worker skips: paused,
-// with the reason.
-func (r *reporter) skipped(run, reason string) {
-	r.send(run, schema.Heartbeat{Run: run, Worker: r.name, Time: time.Now().UTC(), Host: r.host, Backend: r.backend,
-		Paused: true, PausedReason: "skipped: " + reason}, r.log.With("run", run))
+// with the reason, and what it lacks when that is why (nil otherwise).
+func (r *reporter) skipped(run, reason string, lack *schema.LackError) {
+	hb := schema.Heartbeat{Run: run, Worker: r.name, Time: time.Now().UTC(), Host: r.host, Backend: r.backend,
+		Paused: true, PausedReason: "skipped: " + reason, Version: schema.BuildVersion(), Features: builtFeatures}
+	if lack != nil {
+		hb.Lacks, hb.LacksWrittenBy = lack.Lacking, lack.By
+	}
+	r.send(run, hb, r.log.With("run", run))
 }
+
+// builtFeatures is what heartbeats say this build implements.
+var builtFeatures = schema.Implemented()
 
 func (r *reporter) send(run string, hb schema.Heartbeat, log *slog.Logger) {
 	b, err := json.Marshal(hb)

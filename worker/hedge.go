@@ -161,7 +161,7 @@ func (h *hedger) run(ctx context.Context, l *lane, f policy.PeerFlight) {
 	j.turns = append(j.turns, t)
 	r := j.result(1, h.name)
 	r.Hedged = true
-	ours, err := h.store.putResult(ctx, r, p.Unit())
+	ours, err := h.store.putResult(ctx, r, p.Unit(), l.manifest.Needs)
 	tokens := int64(r.CompletionTokens)
 	switch {
 	case err != nil:

@@ -66,8 +66,12 @@ type lane struct {
 	// length hints, from which the hints' error is known.
 	bounced  atomic.Bool
 	cameBack atomic.Int64
-	answers  answerLengths
-	hintErr  sample[float64]
+	// lacks is set, once, by the first executor that meets a message
+	// needing a feature this build lacks: the worker leaves the run
+	// alone from then on (a run hold), and its heartbeats say why.
+	lacks   atomic.Pointer[schema.LackError]
+	answers answerLengths
+	hintErr sample[float64]
 
 	// hedges are the hedges this worker runs for the run, by prompt
 	// sequence (the hedger's), and hedgedBy the requests of its own that
@@ -83,6 +87,16 @@ type lane struct {
 	beat struct {
 		tokens int64
 		quiet  int
+	}
+}
+
+// lack records that the run needs what le names, which this worker
+// lacks: it pulls no more of the run's prompts; those it holds finish.
+// Only the first is kept and logged.
+func (l *lane) lack(le *schema.LackError) {
+	if l.lacks.CompareAndSwap(nil, le) {
+		l.log.Error("leaving the run alone: a message needs a feature this worker lacks; no more prompts are pulled from the run, those held finish, and what needs the feature is handed back uncounted",
+			"lacks", le.Lacking, "written_by", le.By, "version", schema.BuildVersion(), "err", le)
 	}
 }
 

@@ -32,5 +32,9 @@ func (p *pauses) of(l *lane) policy.Holds { return p.worker().With(l.holds()) }
 
 // holds is what holds the worker from l's run of the run's own.
 func (l *lane) holds() policy.Holds {
-	return policy.Holds{RunPaused: l.schedule().Paused, RunGone: l.gone.Load(), TailHold: l.tailHold.Load(), HintHold: l.hintHold.Load()}
+	h := policy.Holds{RunPaused: l.schedule().Paused, RunGone: l.gone.Load(), TailHold: l.tailHold.Load(), HintHold: l.hintHold.Load()}
+	if le := l.lacks.Load(); le != nil {
+		h.RunLacks = le.Error()
+	}
+	return h
 }

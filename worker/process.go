@@ -54,6 +54,22 @@ func (e *executor) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *
 	}
 	defer d.progress.stop()
 	defer ln.hedgedBy.Delete(d.seq)
+	err = schema.CheckHeader("a message of run "+ln.run, msg.Headers())
+	if le := (*schema.LackError)(nil); errors.As(err, &le) {
+		ln.lack(le)
+	} else if le := ln.lacks.Load(); le != nil {
+		// The worker has left the run: what it pulled with the message
+		// that needs the feature goes back too.
+		err = le
+	}
+	if err != nil {
+		// Before it is decoded: a build without the feature cannot tell
+		// what the message asks.
+		l.Release()
+		generated()
+		e.settler.settle(ctx, d, nil, err)
+		return
+	}
 	p, err := decodePrompt(msg)
 	if err != nil {
 		e.settler.settle(ctx, d, nil, &policy.PoisonError{Err: err})

@@ -69,10 +69,14 @@ func (w *runWatch) watch(ctx context.Context, kv jetstream.KeyValue) {
 func (w *runWatch) followRuns(ctx context.Context, watcher jetstream.KeyWatcher) {
 	skipTick := time.NewTicker(skipRecheck)
 	defer skipTick.Stop()
+	beat := time.NewTicker(w.cfg.Heartbeat)
+	defer beat.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-beat.C:
+			w.beatLacking()
 		case <-skipTick.C:
 			w.recheckSkipped(ctx)
 		case e, ok := <-watcher.Updates():
@@ -113,6 +117,10 @@ func (w *runWatch) runPut(ctx context.Context, m *schema.Manifest) {
 	if w.cfg.Run != "" {
 		return
 	}
+	if lack := lackOf(m); lack != nil {
+		w.skipLacking(m, lack)
+		return
+	}
 	served, err := w.serves(ctx, m.Model)
 	if err != nil {
 		w.skip(m, fmt.Sprintf("cannot tell whether the backend serves the run's model %q: %v", m.Model, err))
@@ -150,10 +158,12 @@ func (w *runWatch) runGone(run string) {
 // repeated.
 const skipRecheck = time.Minute
 
-// skippedRun is a run the worker does not serve, and why.
+// skippedRun is a run the worker does not serve, and why; lack is set
+// when that is a feature it lacks.
 type skippedRun struct {
 	manifest *schema.Manifest
 	reason   string
+	lack     *schema.LackError
 }
 
 // skip records that m's run is not served, logging it the first time,
@@ -164,7 +174,31 @@ func (w *runWatch) skip(m *schema.Manifest, reason string) {
 	if !seen || prev.(skippedRun).reason != reason {
 		w.log.Warn("run skipped", "run", m.Run, "reason", reason)
 	}
-	w.report.skipped(m.Run, reason)
+	w.report.skipped(m.Run, reason, nil)
+}
+
+// skipLacking records that m's run is not served because this build
+// lacks features it needs: logged the first time, and said in a
+// heartbeat every period (see beatLacking), since only an upgrade ends
+// it.
+func (w *runWatch) skipLacking(m *schema.Manifest, lack *schema.LackError) {
+	_, seen := w.skipped.Swap(m.Run, skippedRun{manifest: m, reason: lack.Error(), lack: lack})
+	if !seen {
+		w.log.Error("run skipped: it needs features this worker lacks", "run", m.Run, "lacks", lack.Lacking,
+			"written_by", lack.By, "version", schema.BuildVersion(), "err", lack)
+	}
+	w.report.skipped(m.Run, lack.Error(), lack)
+}
+
+// beatLacking repeats the heartbeats of the runs skipped for a feature
+// this build lacks.
+func (w *runWatch) beatLacking() {
+	w.skipped.Range(func(_, v any) bool {
+		if s := v.(skippedRun); s.lack != nil {
+			w.report.skipped(s.manifest.Run, s.reason, s.lack)
+		}
+		return true
+	})
 }
 
 // recheckSkipped looks at the skipped runs again.

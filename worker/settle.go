@@ -29,10 +29,14 @@ type settler struct {
 }
 
 // retrying is how long a prompt handed back waits: a transient failure
-// base x 2^(failures-1) up to max, and one handed back during an outage
+// base x 2^(failures-1) up to max, one handed back during an outage
 // outage.
 type retrying struct {
 	base, max, outage time.Duration
+	// unfit is the delay of a prompt this worker lacks a feature for:
+	// its pull wait, so that the pull open when it was handed back is
+	// over before it comes again, and it goes to another worker.
+	unfit time.Duration
 }
 
 // settle ends delivery d of j with exactly one acknowledgement call. j is
@@ -136,7 +140,7 @@ func (s *settler) done(ctx context.Context, d *delivery, j *job, log *slog.Logge
 // putAnswer stores the result of j, answered on delivery d, and reports
 // whether the result stored is this one (see store.putResult).
 func (s *settler) putAnswer(ctx context.Context, d *delivery, j *job) (ours bool, err error) {
-	ours, err = s.store.putResult(ctx, j.result(d.attempt, s.name), j.p.Unit())
+	ours, err = s.store.putResult(ctx, j.result(d.attempt, s.name), j.p.Unit(), d.lane.manifest.Needs)
 	var readBack *readBackError
 	if errors.As(err, &readBack) {
 		// Stored, by whichever copy: what matters is that it is.
@@ -164,7 +168,7 @@ func (s *settler) buried(l *lane, reason string) {
 }
 
 // giveBack hands the prompt of d back to be delivered again, as outcome
-// what (Retry, Outage, HandBack, SlowBack, TailBack or Later) says, after
+// what (Retry, Outage, HandBack, SlowBack, TailBack, Later or Unfit) says, after
 // delay for a retry; err is what ended the attempt.
 func (s *settler) giveBack(ctx context.Context, d *delivery, what policy.Outcome, delay time.Duration, err error, log *slog.Logger) {
 	switch what {
@@ -192,6 +196,11 @@ func (s *settler) giveBack(ctx context.Context, d *delivery, what policy.Outcome
 		d.nak(0, log)
 	case policy.Later:
 		s.later(ctx, d, log, "cannot store or read what a delivery keeps in JetStream; prompt handed back to continue later", err)
+	case policy.Unfit:
+		d.lane.n.handedBack.Add(1)
+		s.metrics.settled(d.lane.run, OutcomeHandedBack)
+		log.Warn("handed back uncounted: the message needs a feature this worker lacks", "err", err)
+		d.nak(s.retry.unfit, log)
 	default:
 		// Done and HedgedAway are not outcomes of a prompt without an
 		// answer of its own.

@@ -6,7 +6,8 @@ import "time"
 type Stats struct {
 	InFlight, MaxInFlight                          int
 	TokensStreamed, Completed, DeadLettered, Retry int64
-	// HandedBack counts prompts handed back because the backend was down;
+	// HandedBack counts prompts handed back uncounted because the backend
+	// was down or they need a feature this worker lacks;
 	// Paused is the total time spent with the breaker open.
 	HandedBack int64
 	// TailHandedBack counts prompts handed back at the end of a run,

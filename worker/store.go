@@ -73,8 +73,9 @@ func (s *store) open(ctx context.Context, opts provision.Options, turns bool) er
 	return nil
 }
 
-// message is a message about unit u of run with aerie's headers.
-func (s *store) message(run, subject, kind string, u schema.Unit, data []byte) *nats.Msg {
+// message is a message about unit u of run with aerie's headers, naming
+// the features a reader needs to handle it (schema.HeaderNeeds).
+func (s *store) message(run, subject, kind string, u schema.Unit, data []byte, needs []string) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = data
 	m.Header.Set(schema.HeaderMsgID, schema.MsgID(run, u))
@@ -88,6 +89,7 @@ func (s *store) message(run, subject, kind string, u schema.Unit, data []byte) *
 	m.Header.Set(schema.HeaderSchema, schema.SchemaHeader(kind))
 	m.Header.Set(schema.HeaderContentType, schema.ContentTypeMsgpack)
 	m.Header.Set(schema.HeaderWorker, s.name)
+	schema.SetNeeds(m.Header, needs)
 	return m
 }
 
@@ -164,17 +166,18 @@ func (s *store) putAlone(ctx context.Context, m *nats.Msg, deadline time.Time) (
 	}
 }
 
-// putResult stores r, the result of unit u, and reports whether the
+// putResult stores r, the result of unit u of a run that needs runNeeds
+// (schema.Manifest.Needs), and reports whether the
 // result stored is this one (ours), not an earlier copy's: a hedge's or
 // another delivery's. When it is stored but its acknowledgement was lost
 // and reading it back fails, it returns a *readBackError.
-func (s *store) putResult(ctx context.Context, r *schema.Result, u schema.Unit) (ours bool, err error) {
+func (s *store) putResult(ctx context.Context, r *schema.Result, u schema.Unit, runNeeds []string) (ours bool, err error) {
 	data, err := schema.EncodeResult(r)
 	if err != nil {
 		return false, err
 	}
 	subject := schema.ResultSubject(r.Run, u)
-	if ours, err = s.putOnce(ctx, s.message(r.Run, subject, schema.KindResult, u, data)); err != nil || ours {
+	if ours, err = s.putOnce(ctx, s.message(r.Run, subject, schema.KindResult, u, data, schema.MessageNeeds(runNeeds, r.Uses()))); err != nil || ours {
 		return ours, err
 	}
 	// Not known to be ours: its acknowledgement may have been lost.

@@ -171,7 +171,7 @@ func (s *store) putTurn(ctx context.Context, j *job, t *schema.Turn) (*schema.Tu
 		return nil, fmt.Errorf("encode turn %d of %s: %w", t.Index+1, j.p.ID, err)
 	}
 	subject := schema.TurnSubject(j.lane.run, j.p.Unit(), t.Index)
-	m := s.message(j.lane.run, subject, schema.KindTurn, j.p.Unit(), data)
+	m := s.message(j.lane.run, subject, schema.KindTurn, j.p.Unit(), data, j.lane.manifest.Needs)
 	// Every turn of a unit would share the unit's message id, and the
 	// de-duplication window would swallow all but the first: the
 	// expected-empty subject alone makes the publish happen once.

@@ -89,7 +89,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	requests := &requester{backend: backend, health: probe.health, priority: cfg.priority()}
 	w.hedges = &hedger{name: cfg.Name, link: ln, slots: slots, flights: inFlight, store: w.store, pullWait: cfg.PullWait}
 	settle := &settler{name: cfg.Name, store: w.store, health: probe.health, hedges: w.hedges,
-		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry}}
+		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry, unfit: cfg.PullWait}}
 	exec := &executor{name: cfg.Name, requests: requests, flights: inFlight, store: w.store, settler: settle, log: log, link: ln}
 	w.hedges.exec = exec
 	w.pull = &puller{log: log, pullWait: cfg.PullWait, runs: runs, slots: slots, flights: inFlight, pauses: w.pauses, exec: exec}
@@ -180,7 +180,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // start opens what the worker needs: the runs bucket, the attempts
 // bucket, the results, dead-letter and prompts streams, and the turns
 // stream when a run may need it. With Config.Run it also waits for the
-// run's manifest, checks that the backend serves its model and opens the
+// run's manifest, and for one it has every feature of (waitServable),
+// checks that the backend serves its model and opens the
 // run's lane; with Runs or AllRuns the lanes open as the runs watcher
 // finds their manifests.
 func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
@@ -189,6 +190,11 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 		m, err := provision.WaitManifest(ctx, w.link.js, w.cfg.Run, w.log)
 		if err != nil {
 			return nil, err
+		}
+		if lack := lackOf(m); lack != nil {
+			if m, err = w.waitServable(ctx, m, lack); err != nil {
+				return nil, err
+			}
 		}
 		l = newLane(m, w.log, true)
 	}

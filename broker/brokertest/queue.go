@@ -63,6 +63,7 @@ func Queue(t testing.TB, js jetstream.JetStream, m schema.Manifest, prompts []sc
 			msg.Header.Set(schema.HeaderSample, strconv.Itoa(p.Sample))
 		}
 		msg.Header.Set(schema.HeaderSchema, schema.SchemaHeader(schema.KindPrompt))
+		schema.SetNeeds(msg.Header, schema.MessageNeeds(m.Needs, p.Uses()))
 		if _, err := js.PublishMsg(ctx, msg); err != nil && !provision.IsAlreadyStored(err) {
 			t.Fatal(err)
 		}

@@ -132,6 +132,7 @@ func cmdExport(ctx context.Context, args []string) error {
 	runDir := filepath.Join(*dataDir, *run)
 	var src export.Source = export.Files(runDir)
 	var streams *export.Streams
+	var merr error // reading the manifest
 	if *fromStream {
 		nc, js, err := connect(ctx, nf, "aerie-export", log)
 		if err != nil {
@@ -140,9 +141,14 @@ func cmdExport(ctx context.Context, args []string) error {
 		defer nc.Close()
 		streams = &export.Streams{JS: js, Run: *run}
 		src = streams
-		opts.Manifest, _ = streams.Manifest(ctx)
+		opts.Manifest, merr = streams.Manifest(ctx)
 	} else {
-		opts.Manifest, _ = dataset.ReadManifest(runDir)
+		opts.Manifest, merr = dataset.ReadManifest(runDir)
+	}
+	// A manifest of a version this build does not read is a run it may
+	// misread: refused. A missing one only leaves the card without it.
+	if ve := (*schema.VersionError)(nil); errors.As(merr, &ve) {
+		return fmt.Errorf("export run %s: %w", *run, merr)
 	}
 
 	var sum export.Summary

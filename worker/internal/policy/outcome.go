@@ -37,6 +37,10 @@ const (
 	// could not store or look up a turn, or what an earlier delivery
 	// stored, which is not the prompt's fault.
 	Later
+	// Unfit: hand the prompt back without counting, once this worker's
+	// open pull is over, for a worker that has a feature the message
+	// needs and this one lacks (schema.LackError).
+	Unfit
 )
 
 // Why an attempt ended without an answer of its own, besides the
@@ -94,7 +98,12 @@ func Settle(err error, lastDelivery, backendDown bool) (Outcome, string) {
 	var large *TooLargeError
 	var store *StoreError
 	var poison *PoisonError
+	var lack *schema.LackError
 	switch {
+	case errors.As(err, &lack):
+		// Not the prompt's failure, nor this attempt's: a worker that
+		// has the feature answers it.
+		return Unfit, ""
 	case errors.Is(err, ErrSlowForHint):
 		return SlowBack, ""
 	case errors.Is(err, ErrHedgeWon):

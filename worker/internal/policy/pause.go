@@ -3,7 +3,7 @@ package policy
 import "github.com/aerie-dev/aerie/schema"
 
 // "Is this worker, or this run, paused?" is answered by Holds.Pause, from
-// the seven things that keep a worker from pulling a run's prompts. The
+// the eight things that keep a worker from pulling a run's prompts. The
 // pull loop, the heartbeats, the metrics and Stats all ask it.
 
 // Holds are what may keep a worker from pulling one run's prompts: the
@@ -19,6 +19,9 @@ type Holds struct {
 	// RunPaused: the run is paused (aerie runs pause); RunGone: its
 	// manifest was deleted.
 	RunPaused, RunGone bool
+	// RunLacks is why the worker leaves the run alone: the run needs a
+	// feature it lacks (schema.LackError); "" otherwise.
+	RunLacks string
 	// TailHold: the worker holds back near the end of the run, for
 	// faster workers; HintHold: from prompts whose length hints are too
 	// long for its server.
@@ -45,7 +48,7 @@ const RunGoneReason = "run manifest deleted: no more prompts are pulled from the
 
 // With is h, the worker's own holds, with run's, one run's own.
 func (h Holds) With(run Holds) Holds {
-	h.RunPaused, h.RunGone, h.TailHold, h.HintHold = run.RunPaused, run.RunGone, run.TailHold, run.HintHold
+	h.RunPaused, h.RunGone, h.RunLacks, h.TailHold, h.HintHold = run.RunPaused, run.RunGone, run.RunLacks, run.TailHold, run.HintHold
 	return h
 }
 
@@ -63,6 +66,8 @@ func (h Holds) Pause() Pause {
 		p.Reason = h.Breaker
 	case h.RunGone:
 		p.Reason = RunGoneReason
+	case h.RunLacks != "":
+		p.Reason = h.RunLacks
 	case h.RunPaused:
 		p.Reason = schema.PausedRun
 	default:

@@ -1,0 +1,110 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/aerie-dev/aerie/provision"
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// lackOf is why this build cannot write m's run: the features it needs
+// that the build lacks; nil when it has them all.
+func lackOf(m *schema.Manifest) *schema.LackError {
+	var le *schema.LackError
+	if errors.As(schema.CheckNeeds("run "+m.Run, m.Needs, m.WrittenBy), &le) {
+		return le
+	}
+	return nil
+}
+
+// waitServable holds an aggregator whose run needs features this build
+// lacks, before it takes the run's lease or touches its files: it says
+// why in its log once and in a throughput event every EventInterval (so
+// that `aerie status` shows it), and waits for the run's manifest to be
+// put again as one it can write, which it returns. Only ctx's end stops
+// it otherwise: the fix is an upgrade of this host.
+func (a *Aggregator) waitServable(ctx context.Context, m *schema.Manifest, lack *schema.LackError) (*schema.Manifest, error) {
+	a.log.Error("leaving the run alone: it needs features this aggregator lacks; nothing of it is written until this host runs an aerie that has them",
+		"lacks", lack.Lacking, "written_by", lack.By, "version", schema.BuildVersion(), "err", lack)
+	kv, err := provision.WaitRunsBucket(ctx, a.js, a.log)
+	if err != nil {
+		return nil, err
+	}
+	watcher, err := kv.Watch(ctx, m.Run, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = watcher.Stop() }()
+	tick := time.NewTicker(a.cfg.EventInterval)
+	defer tick.Stop()
+	for {
+		a.announceLack(m, lack)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		case e, ok := <-watcher.Updates():
+			if !ok {
+				return nil, errors.New("the watch of the run's manifest ended")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			next, err := schema.DecodeManifest(e.Value())
+			if err != nil {
+				a.log.Warn("run manifest cannot be read: run still left alone", "err", err)
+				continue
+			}
+			if l := lackOf(next); l != nil {
+				lack = l
+				continue
+			}
+			a.log.Info("the run's manifest was put again, and this aggregator has every feature it needs: writing it")
+			return next, nil
+		}
+	}
+}
+
+// announceLack publishes a throughput event of a run this aggregator
+// leaves alone for lack: waiting, with nothing counted, saying what it
+// lacks. It goes to the events subject only: the run's files are not
+// this aggregator's to write.
+func (a *Aggregator) announceLack(m *schema.Manifest, lack *schema.LackError) {
+	b, err := json.Marshal(schema.Throughput{Run: m.Run, Time: time.Now().UTC(), Phase: schema.PhaseWaiting, Total: m.Total,
+		ETASec: -1, ETALowSec: -1, ETAHighSec: -1, AggregatorVersion: schema.BuildVersion(),
+		AggregatorLacks: lack.Lacking, AggregatorLacksWrittenBy: lack.By})
+	if err != nil {
+		return
+	}
+	if err := a.nc.Publish(schema.ThroughputSubject(m.Run), b); err != nil {
+		a.log.Warn("publish throughput event", "err", err)
+	}
+}
+
+// fitting returns the messages of msgs this aggregator can write, and
+// hands back, uncounted, those that need a feature it lacks: the first
+// such makes it leave the run (lacks), after which it hands back every
+// message, since the one it cannot write would be missing from the
+// run's files. They wait for an aggregator that has the feature.
+func (a *Aggregator) fitting(msgs []jetstream.Msg) []jetstream.Msg {
+	fit := msgs[:0:0]
+	for _, m := range msgs {
+		err := schema.CheckHeader("a message of run "+a.cfg.Run, m.Headers())
+		var le *schema.LackError
+		if errors.As(err, &le) && a.lacks.CompareAndSwap(nil, le) {
+			a.log.Error("leaving the run alone: a message needs a feature this aggregator lacks; nothing more of the run is written, and what comes is handed back uncounted",
+				"lacks", le.Lacking, "written_by", le.By, "version", schema.BuildVersion(), "err", le)
+		}
+		if a.lacks.Load() != nil {
+			_ = m.NakWithDelay(a.fetchWait)
+			continue
+		}
+		fit = append(fit, m)
+	}
+	return fit
+}
