@@ -192,9 +192,16 @@ func checkManifest(ctx context.Context, s *session) Result {
 			"manifest of run %s is not readable: %v", s.cfg.Run, err)
 	}
 	s.manifest = m
-	return pass("run %s: model %q, %s, max_attempts %d, on_length %s; %d prompts, produced by %s at %s",
+	if err := schema.CheckNeeds("run "+m.Run, m.Needs, m.WrittenBy); err != nil {
+		return warn("run the workers, aggregator and export of this run with an aerie that has them", "%v; a worker of this aerie leaves the run alone", err)
+	}
+	needs := "needs no feature (manifest version 1: every aerie serves it)"
+	if len(m.Needs) > 0 {
+		needs = "needs " + strings.Join(m.Needs, ", ")
+	}
+	return pass("run %s: model %q, %s, max_attempts %d, on_length %s; %d prompts, produced by %s at %s with aerie %s; %s",
 		m.Run, m.Model, formatParams(m.Params), m.Policy.Attempts(), m.Policy.Length(),
-		m.Total, orUnknown(m.Producer), m.CreatedAt.UTC().Format(time.RFC3339))
+		m.Total, orUnknown(m.Producer), m.CreatedAt.UTC().Format(time.RFC3339), orUnknown(m.WrittenBy), needs)
 }
 
 // knownRuns lists the runs in the bucket, for a report that names a run

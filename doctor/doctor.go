@@ -227,6 +227,7 @@ var checks = []check{
 	{"streams", checkTimeout, false, checkStreams},
 	{"manifest", checkTimeout, true, checkManifest},
 	{"consumer", checkTimeout, false, checkConsumer},
+	{"fleet", checkTimeout, false, checkFleet},
 	{"backend", backendTimeout, true, checkHealth},
 	{"model", backendTimeout, true, checkModel},
 	{"context-length", scanTimeout, false, checkContextLength},

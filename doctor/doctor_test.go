@@ -173,7 +173,7 @@ func expect(t *testing.T, rep doctor.Report, name string, st doctor.Status, text
 }
 
 var allChecks = []string{
-	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "backend", "model",
+	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "fleet", "backend", "model",
 	"context-length", "completion", "priority", "data-dir", "disk-space", "store-space", "units",
 }
 
@@ -198,6 +198,7 @@ func TestPriorityNeedsThePolicy(t *testing.T) {
 func TestHealthySetupPasses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	beat(t, b.js, testRun, "w1", schema.BuildVersion(), schema.Implemented())
 	rep := run(t, b.cfg)
 	if rep.Failed() {
 		t.Fatalf("healthy setup failed:\n%s", printed(rep))

@@ -44,6 +44,7 @@ func Gather(ctx context.Context, js jetstream.JetStream, run string, opts Option
 	}
 	st.Model, st.Total, st.CreatedAt, st.Producer = m.Model, m.Total, m.CreatedAt, m.Producer
 	st.Priority, st.Weight, st.Paused = m.Priority, m.Share(), m.Paused
+	st.Needs, st.WrittenBy = m.Needs, m.WrittenBy
 	// gatherQueue comes after gatherWorkers: the consumer's count of
 	// prompts in flight replaces the workers' sum when there is one.
 	for _, step := range []func(context.Context, reader, *Run, Options, time.Time) error{
@@ -96,6 +97,7 @@ func gatherEvent(ctx context.Context, r reader, st *Run, opts Options, now time.
 	st.RequestsPerSecOverall, st.TokensPerSecOverall = ev.RequestsPerSecOverall, ev.TokensPerSecOverall
 	st.ETASec, st.ETALowSec, st.ETAHighSec = eta(ev)
 	st.ElapsedSec, st.WriteError, st.Unwritten = ev.ElapsedSec, ev.WriteError, ev.Unwritten
+	st.AggregatorVersion, st.AggregatorLacks, st.AggregatorLacksWrittenBy = ev.AggregatorVersion, ev.AggregatorLacks, ev.AggregatorLacksWrittenBy
 	if ev.Total > 0 && st.Total == 0 {
 		st.Total = ev.Total
 	}

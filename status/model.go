@@ -21,6 +21,11 @@ type Run struct {
 	Priority int     `json:"priority"`
 	Weight   float64 `json:"weight"`
 	Paused   bool    `json:"paused"`
+	// Needs are the features a worker, aggregator or export must have to
+	// handle the run (schema.Manifest.Needs), and WrittenBy the aerie
+	// version that produced it, one that has them.
+	Needs     []string `json:"needs,omitempty"`
+	WrittenBy string   `json:"written_by,omitempty"`
 
 	// Phase is the last throughput event's phase; empty when there is no
 	// event (Event is nil).
@@ -62,6 +67,13 @@ type Run struct {
 	// if the aggregator said so in its last event (see
 	// schema.Throughput.Unwritten).
 	Unwritten int `json:"unwritten,omitempty"`
+	// AggregatorVersion is the aerie version of the aggregator that sent
+	// the last event; AggregatorLacks, set when it writes nothing of the
+	// run for want of them, the features it lacks, which aerie
+	// AggregatorLacksWrittenBy has (see schema.Throughput).
+	AggregatorVersion        string   `json:"aggregator_version,omitempty"`
+	AggregatorLacks          []string `json:"aggregator_lacks,omitempty"`
+	AggregatorLacksWrittenBy string   `json:"aggregator_lacks_written_by,omitempty"`
 	// Event is the last throughput event's time; nil when the events
 	// stream holds none for the run (no aggregator ran, or its events
 	// expired).
@@ -144,6 +156,14 @@ type Aggregator struct {
 // Worker is what a worker's latest heartbeat says.
 type Worker struct {
 	Name string `json:"name"`
+	// Version is the worker's aerie version; empty for a worker older
+	// than feature checks, which serves runs of manifest version 1 only.
+	Version string `json:"version,omitempty"`
+	// Lacks, when set, are the features of the run the worker lacks, so
+	// that it leaves the run alone; LacksWrittenBy is the aerie version
+	// that has them.
+	Lacks          []string `json:"lacks,omitempty"`
+	LacksWrittenBy string   `json:"lacks_written_by,omitempty"`
 	// Host and Backend are empty for a worker older than those fields.
 	Host    string `json:"host"`
 	Backend string `json:"backend"`

@@ -22,6 +22,9 @@ func WriteRun(w io.Writer, st *Run) error {
 		sched += "  PAUSED: workers pull none of its prompts (aerie runs set " + st.Run + " --resume)"
 	}
 	fmt.Fprintf(tw, "schedule\t%s\n", sched)
+	if len(st.Needs) > 0 {
+		fmt.Fprintf(tw, "needs\t%s  (produced by aerie %s)\n", strings.Join(st.Needs, ", "), orDash(st.WrittenBy))
+	}
 	fmt.Fprintf(tw, "completed\t%s / %s%s%s\n", count(st.Completed), count(st.Total), percent(st.Completed, st.Total), eventAge(st))
 	fmt.Fprintf(tw, "failed\t%s%s\n", count(st.Failed), reasons(st.FailedByReason))
 	if st.Truncated > 0 {
@@ -58,6 +61,13 @@ func WriteRun(w io.Writer, st *Run) error {
 	}
 	fmt.Fprintf(tw, "ETA\t%s\n", eta)
 	fmt.Fprintf(tw, "aggregator\t%s\n", aggregatorNote(st))
+	if len(st.AggregatorLacks) > 0 {
+		fmt.Fprintf(tw, "AGGREGATOR\tLACKS %s: aerie %s writes nothing of the run; upgrade it to aerie %s or later\n",
+			strings.Join(st.AggregatorLacks, ", "), orDash(st.AggregatorVersion), orDash(st.AggregatorLacksWrittenBy))
+	}
+	if note := lackingWorkers(st); note != "" {
+		fmt.Fprintf(tw, "UPGRADE\t%s\n", note)
+	}
 	if st.WriteError != "" {
 		fmt.Fprintf(tw, "OUTPUT\tNOT WRITTEN: %s\n", st.WriteError)
 	}
@@ -80,13 +90,13 @@ func writeWorkers(w io.Writer, st *Run) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tHOST\tBACKEND\tWINDOW\tIN FLIGHT\tTOK/S\tHEARTBEAT\tSTATE")
+	fmt.Fprintln(tw, "WORKER\tVERSION\tHOST\tBACKEND\tWINDOW\tIN FLIGHT\tTOK/S\tHEARTBEAT\tSTATE")
 	for _, wk := range st.Workers {
 		tok := "-"
 		if wk.TokensPerSec >= 0 {
 			tok = count(int(wk.TokensPerSec + 0.5))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s%s\t%s\t%s ago\t%s\n", wk.Name, orDash(wk.Host), orDash(wk.Backend), wk.Window,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s%s\t%s\t%s ago\t%s\n", wk.Name, orDash(wk.Version), orDash(wk.Host), orDash(wk.Backend), wk.Window,
 			count(wk.InFlight), share(wk), tok, Duration(wk.Heartbeat.AgeSec), workerState(wk))
 	}
 	if st.WorkersNotShown > 0 {
@@ -205,6 +215,39 @@ func eventNote(ev *Age, run string) string {
 		return "(last event " + Duration(ev.AgeSec) + " ago: STALE, is the aggregator running?)"
 	}
 	return "(last event " + Duration(ev.AgeSec) + " ago)"
+}
+
+// lackingWorkers says which live workers leave the run alone for want
+// of its features, and what to upgrade them to; "" when none does.
+func lackingWorkers(st *Run) string {
+	var names []string
+	lacks, by := map[string]bool{}, ""
+	for _, wk := range st.Workers {
+		if wk.Heartbeat.Stale || len(wk.Lacks) == 0 {
+			continue
+		}
+		names = append(names, wk.Name+" (aerie "+orDash(wk.Version)+")")
+		for _, f := range wk.Lacks {
+			lacks[f] = true
+		}
+		if wk.LacksWrittenBy != "" {
+			by = wk.LacksWrittenBy
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d worker%s lack%s %s and take%s none of the run: %s; upgrade to aerie %s or later",
+		len(names), plural(len(names)), verbS(len(names)), strings.Join(slices.Sorted(maps.Keys(lacks)), ", "), verbS(len(names)),
+		strings.Join(names, ", "), orDash(by))
+}
+
+// verbS is the s of a verb in the present with n subjects: "s" for one.
+func verbS(n int) string {
+	if n == 1 {
+		return "s"
+	}
+	return ""
 }
 
 func aggregatorNote(st *Run) string {

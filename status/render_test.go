@@ -192,3 +192,29 @@ func TestWriteRunShowsHolds(t *testing.T) {
 		t.Errorf("the holding worker's line does not say so:\n%s", b.String())
 	}
 }
+
+// A run that needs features shows them; a worker and an aggregator that
+// lack one are named, with the version to upgrade to.
+func TestWriteRunNamesWhatLacksTheRunsFeatures(t *testing.T) {
+	st := fixedRun()
+	st.Needs, st.WrittenBy = []string{schema.FeatureSamples, "warp-drive"}, "v2.0.0"
+	st.AggregatorVersion, st.AggregatorLacks, st.AggregatorLacksWrittenBy = "v1.9.0", []string{"warp-drive"}, "v2.0.0"
+	st.Workers[0].Version = "v2.0.0"
+	st.Workers[1].Version, st.Workers[1].Lacks, st.Workers[1].LacksWrittenBy = "v1.9.0", []string{"warp-drive"}, "v2.0.0"
+	st.Workers[1].Paused = "skipped: run kimi needs feature warp-drive, which aerie v2.0.0 has and this aerie (v1.9.0) lacks: upgrade aerie on this host"
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"needs       samples, warp-drive  (produced by aerie v2.0.0)",
+		"AGGREGATOR  LACKS warp-drive: aerie v1.9.0 writes nothing of the run; upgrade it to aerie v2.0.0 or later",
+		"UPGRADE     1 worker lacks warp-drive and takes none of the run: gpu-b-1 (aerie v1.9.0); upgrade to aerie v2.0.0 or later",
+		"VERSION", "v2.0.0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}

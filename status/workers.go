@@ -97,7 +97,8 @@ func workerOf(hb heartbeat, now time.Time, staleAfter time.Duration) Worker {
 		name = hb.subject[strings.LastIndexByte(hb.subject, '.')+1:]
 	}
 	w := Worker{
-		Name: name, Host: hb.Host, Backend: hb.Backend, Window: hb.Window,
+		Name: name, Version: hb.Version, Lacks: hb.Lacks, LacksWrittenBy: hb.LacksWrittenBy,
+		Host: hb.Host, Backend: hb.Backend, Window: hb.Window,
 		InFlight: len(hb.InFlightTokens), Held: hb.InFlight,
 		TokensPerSec: -1, BackInSec: -1, TokensStreamed: hb.TokensStreamed, Completed: hb.Completed,
 		DeadLettered: hb.DeadLettered, Retried: hb.Retried, Heartbeat: age(hb.at, now, staleAfter),
