@@ -215,6 +215,19 @@ chaos:
 chaos-short:
 	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./internal/chaos/
 
+# The upgrade tests (internal/upgrade/): real binaries of three builds,
+# the release before feature checks (built from a git worktree of its
+# commit), today's, and today's with a test-only feature, on runs that
+# mix them: the release beside today's workers on a --samples 3 run of
+# 1,000 prompts, the older of two builds beside the newer on a run that
+# needs the newer's feature, and a rolling upgrade of the aggregator and
+# three workers, each killed with SIGKILL, during a run of 3,000 prompts.
+# make test runs them too (about a minute once the builds are cached).
+.PHONY: upgrade
+
+upgrade:
+	$(GO) test -count=1 -v -timeout 20m ./internal/upgrade/
+
 # The container image (Dockerfile): the static binary on
 # distroless/static, run as a non-root user. IMAGE names the tag.
 IMAGE    ?= aerie:$(VERSION)
