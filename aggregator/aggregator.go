@@ -70,10 +70,15 @@ type Aggregator struct {
 	last         sync.Mutex
 	snapshot     schema.Throughput
 	writeErr     string // guarded by last
+	// needs is the run's (schema.Manifest.Needs), set by Run before it
+	// consumes: the dead letters the aggregator stores name them.
+	needs []string
 	// lacks is set, once, when a result or dead letter needs a feature
 	// this build lacks: nothing more is written (see fitting).
-	lacks  atomic.Pointer[schema.LackError]
-	paused map[string]pausedInfo // guarded by last
+	lacks atomic.Pointer[schema.LackError]
+	// needsOK checks each message\'s features (schema.HeaderNeeds).
+	needsOK schema.NeedsCache
+	paused  map[string]pausedInfo // guarded by last
 	// starved counts the snapshots in a row that found the run waiting
 	// for slots (see slots.go); guarded by last. sched is the run's
 	// schedule, followed from its manifest.
@@ -171,6 +176,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	a.needs = m.Needs
 	if err := os.MkdirAll(a.dir, fsmode.Dir); err != nil {
 		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
 	}

@@ -39,6 +39,7 @@ func (a *Aggregator) publishDeadLetter(ctx context.Context, token string, d *sch
 	if d.PromptSeq > 0 {
 		out.Header.Set(schema.HeaderPromptSeq, strconv.FormatUint(d.PromptSeq, 10))
 	}
+	schema.SetNeeds(out.Header, schema.MessageNeeds(a.needs, d.Uses()))
 	if _, err := a.js.PublishMsg(ctx, out, jetstream.WithExpectLastSequencePerSubject(0)); err != nil && !provision.IsAlreadyStored(err) {
 		return fmt.Errorf("store dead letter of %s: %w", d.ID, err)
 	}

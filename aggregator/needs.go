@@ -94,7 +94,7 @@ func (a *Aggregator) announceLack(m *schema.Manifest, lack *schema.LackError) {
 func (a *Aggregator) fitting(msgs []jetstream.Msg) []jetstream.Msg {
 	fit := msgs[:0:0]
 	for _, m := range msgs {
-		err := schema.CheckHeader("a message of run "+a.cfg.Run, m.Headers())
+		err := a.needsOK.Check(a.cfg.Run, m.Headers())
 		var le *schema.LackError
 		if errors.As(err, &le) && a.lacks.CompareAndSwap(nil, le) {
 			a.log.Error("leaving the run alone: a message needs a feature this aggregator lacks; nothing more of the run is written, and what comes is handed back uncounted",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -269,6 +270,28 @@ func CheckHeader(what string, h nats.Header) error {
 		return nil
 	}
 	return CheckNeeds(what, ParseNeeds(v), h.Get(HeaderWrittenBy))
+}
+
+// NeedsCache checks messages' HeaderNeeds, remembering the last value
+// found satisfied: every message of a run carries the same, so it is
+// read once, not once a message. The zero value remembers none; it is
+// safe for concurrent use.
+type NeedsCache struct{ ok atomic.Pointer[string] }
+
+// Check is CheckHeader for a message of run.
+func (c *NeedsCache) Check(run string, h nats.Header) error {
+	v := h.Get(HeaderNeeds)
+	if v == "" {
+		return nil
+	}
+	if p := c.ok.Load(); p != nil && *p == v {
+		return nil
+	}
+	if err := CheckNeeds("a message of run "+run, ParseNeeds(v), h.Get(HeaderWrittenBy)); err != nil {
+		return err
+	}
+	c.ok.Store(&v)
+	return nil
 }
 
 // union is a and b without repeats, sorted; nil when both are empty.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 func TestManifestVersionIsTheLowestThatSaysItsNeeds(t *testing.T) {
@@ -112,5 +114,29 @@ func TestManifestJSONListsNeeds(t *testing.T) {
 	}
 	if n, _ := raw["needs"].([]any); len(n) != 1 || n[0] != FeatureTurnsAll {
 		t.Errorf("needs in JSON: %v", raw["needs"])
+	}
+}
+
+func TestNeedsCacheChecksEachValueOnce(t *testing.T) {
+	var c NeedsCache
+	ok := nats.Header{}
+	ok.Set(HeaderNeeds, FeatureSamples+","+FeatureTokenIDs)
+	for range 2 {
+		if err := c.Check("r", ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := c.ok.Load(); p == nil || *p != ok.Get(HeaderNeeds) {
+		t.Errorf("cached %v", p)
+	}
+	lacking := nats.Header{}
+	lacking.Set(HeaderNeeds, "warp-drive")
+	lacking.Set(HeaderWrittenBy, "v9")
+	var le *LackError
+	if err := c.Check("r", lacking); !errors.As(err, &le) || le.By != "v9" || !strings.Contains(err.Error(), "a message of run r") {
+		t.Errorf("lacking: %v", err)
+	}
+	if err := c.Check("r", nats.Header{}); err != nil {
+		t.Errorf("no header: %v", err)
 	}
 }

@@ -69,7 +69,9 @@ type lane struct {
 	// lacks is set, once, by the first executor that meets a message
 	// needing a feature this build lacks: the worker leaves the run
 	// alone from then on (a run hold), and its heartbeats say why.
-	lacks   atomic.Pointer[schema.LackError]
+	lacks atomic.Pointer[schema.LackError]
+	// needs checks each message\'s features (schema.HeaderNeeds).
+	needs   schema.NeedsCache
 	answers answerLengths
 	hintErr sample[float64]
 

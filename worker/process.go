@@ -54,7 +54,7 @@ func (e *executor) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *
 	}
 	defer d.progress.stop()
 	defer ln.hedgedBy.Delete(d.seq)
-	err = schema.CheckHeader("a message of run "+ln.run, msg.Headers())
+	err = ln.needs.Check(ln.run, msg.Headers())
 	if le := (*schema.LackError)(nil); errors.As(err, &le) {
 		ln.lack(le)
 	} else if le := ln.lacks.Load(); le != nil {
