@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +43,27 @@ type recordingBackend struct {
 	// refuse, when set, is asked about every chat request before it goes
 	// to the simulator; true answers it with vLLM's 400 instead.
 	refuse func(body []byte) bool
+}
+
+// doneWriter passes a response through and notes when the end of its
+// stream ("data: [DONE]") is written.
+type doneWriter struct {
+	http.ResponseWriter
+	done atomic.Bool
+}
+
+func (d *doneWriter) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("data: [DONE]")) {
+		d.done.Store(true)
+	}
+	return d.ResponseWriter.Write(b)
+}
+
+// Flush keeps server-sent events flowing through the proxy.
+func (d *doneWriter) Flush() {
+	if f, ok := d.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 type recorded struct {
@@ -86,11 +108,17 @@ func newRecordingBackend(t *testing.T, simURL string) *recordingBackend {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
 			io.WriteString(w, `{"error": {"message": "refused by the test", "type": "BadRequestError", "param": null, "code": 400}}`)
-		} else {
-			proxy.ServeHTTP(w, r)
 		}
+		dw := &doneWriter{ResponseWriter: w}
+		if !refuse {
+			proxy.ServeHTTP(dw, r)
+		}
+		// A stream whose end went out is complete even when its worker
+		// was killed right after: it may have stored the turn before
+		// the handler got here and saw the connection gone.
+		completed := r.Context().Err() == nil || dw.done.Load()
 		rb.mu.Lock()
-		rb.requests = append(rb.requests, recorded{body: body, completed: r.Context().Err() == nil, worker: worker, started: started, ended: time.Now()})
+		rb.requests = append(rb.requests, recorded{body: body, completed: completed, worker: worker, started: started, ended: time.Now()})
 		rb.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
