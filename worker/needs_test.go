@@ -108,3 +108,18 @@ func TestWorkerHandsBackAMessageItLacksAFeatureOf(t *testing.T) {
 		t.Errorf("stats %+v: the message must be neither answered, failed nor retried", s)
 	}
 }
+
+// A worker of every run skips one that needs a feature it lacks, saying
+// so in that run's heartbeats every period, and serves the others.
+func TestAllRunsWorkerSkipsARunItLacksAFeatureOf(t *testing.T) {
+	b := setupRun(t, schema.Manifest{Run: "plain"}, 10, provision.Options{})
+	brokertest.Queue(t, b.js, schema.Manifest{Run: "future", Needs: []string{"warp-drive"}, WrittenBy: "v9.9.9"}, brokertest.Prompts(5))
+	futureBeats := lackBeats(t, &bundle{js: b.js, run: "future"}, []string{"warp-drive"}, "v9.9.9")
+	f, url := newFakeLLM(t, &fakeLLM{})
+	w, _ := b.start(t, worker.Config{AllRuns: true, Window: 4, Heartbeat: 20 * time.Millisecond}, url)
+	brokertest.Eventually(t, 20*time.Second, func() bool { return w.Stats().Completed == 10 }, "the plain run answered")
+	brokertest.Eventually(t, 20*time.Second, func() bool { return futureBeats.Load() >= 3 }, "heartbeats of the run it lacks a feature of, every period")
+	if n := f.total(); n != 10 {
+		t.Errorf("%d requests, want the plain run's 10", n)
+	}
+}
