@@ -43,7 +43,7 @@ func (a *Aggregator) waitServable(ctx context.Context, m *schema.Manifest, lack 
 	tick := time.NewTicker(a.cfg.EventInterval)
 	defer tick.Stop()
 	for {
-		a.announceLack(m, lack)
+		a.announceLack(ctx, m, lack)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -71,13 +71,19 @@ func (a *Aggregator) waitServable(ctx context.Context, m *schema.Manifest, lack 
 }
 
 // announceLack publishes a throughput event of a run this aggregator
-// leaves alone for lack: waiting, with nothing counted, saying what it
-// lacks. It goes to the events subject only: the run's files are not
-// this aggregator's to write.
-func (a *Aggregator) announceLack(m *schema.Manifest, lack *schema.LackError) {
-	b, err := json.Marshal(schema.Throughput{Run: m.Run, Time: time.Now().UTC(), Phase: schema.PhaseWaiting, Total: m.Total,
-		ETASec: -1, ETALowSec: -1, ETAHighSec: -1, AggregatorVersion: schema.BuildVersion(),
-		AggregatorLacks: lack.Lacking, AggregatorLacksWrittenBy: lack.By})
+// leaves alone for lack, saying what it lacks: the run's last event
+// again, so that its counts stand, with the ETA unknown (nothing is
+// written meanwhile), or a waiting one when the run has none. It goes to
+// the events subject only: the run's files are not this aggregator's to
+// write.
+func (a *Aggregator) announceLack(ctx context.Context, m *schema.Manifest, lack *schema.LackError) {
+	ev := schema.Throughput{Run: m.Run, Phase: schema.PhaseWaiting, Total: m.Total}
+	if last, ok := a.lastEvent(ctx, m.Run); ok {
+		ev = last
+	}
+	ev.Time, ev.ETASec, ev.ETALowSec, ev.ETAHighSec = time.Now().UTC(), -1, -1, -1
+	ev.AggregatorVersion, ev.AggregatorLacks, ev.AggregatorLacksWrittenBy = schema.BuildVersion(), lack.Lacking, lack.By
+	b, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}
@@ -107,4 +113,20 @@ func (a *Aggregator) fitting(msgs []jetstream.Msg) []jetstream.Msg {
 		fit = append(fit, m)
 	}
 	return fit
+}
+
+// lastEvent is the run's last throughput event in the events stream.
+func (a *Aggregator) lastEvent(ctx context.Context, run string) (schema.Throughput, bool) {
+	var ev schema.Throughput
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := a.js.Stream(ctx, schema.EventsStream)
+	if err != nil {
+		return ev, false
+	}
+	msg, err := s.GetLastMsgForSubject(ctx, schema.ThroughputSubject(run))
+	if err != nil || json.Unmarshal(msg.Data, &ev) != nil {
+		return ev, false
+	}
+	return ev, true
 }

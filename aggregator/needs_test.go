@@ -42,10 +42,28 @@ func TestAggregatorLeavesARunItLacksAFeatureOf(t *testing.T) {
 	_, nc, js := brokertest.Provisioned(t)
 	brokertest.Queue(t, js, schema.Manifest{Run: run, Total: 10, Needs: []string{"warp-drive"}, WrittenBy: "v9.9.9"}, nil)
 	publishResults(t, js, ids(0, 10))
+	// The run's last event, from an aggregator that wrote 7 lines: the
+	// one that lacks the feature keeps its counts.
+	prev, _ := json.Marshal(schema.Throughput{Run: run, Phase: schema.PhaseSteady, Total: 10, Completed: 7, ETASec: 30})
+	if _, err := js.Publish(context.Background(), schema.ThroughputSubject(run), prev); err != nil {
+		t.Fatal(err)
+	}
+	var kept atomic.Int64
+	sub, err := nc.Subscribe(schema.ThroughputSubject(run), func(m *nats.Msg) {
+		var ev schema.Throughput
+		if json.Unmarshal(m.Data, &ev) == nil && ev.AggregatorLacks != nil && ev.Completed == 7 && ev.ETASec < 0 {
+			kept.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 	events := lackEvents(t, nc, []string{"warp-drive"}, "v9.9.9")
 	dir := t.TempDir()
 	start(t, js, aggregator.Config{DataDir: dir})
 	brokertest.Eventually(t, 20*time.Second, func() bool { return events.Load() >= 3 }, "three events saying the aggregator lacks warp-drive")
+	brokertest.Eventually(t, 20*time.Second, func() bool { return kept.Load() >= 3 }, "the events to keep the run's counts (7 completed), with the ETA unknown")
 	if _, err := os.Stat(filepath.Join(dir, run)); !os.IsNotExist(err) {
 		t.Errorf("the run's directory: %v; want none written", err)
 	}
