@@ -31,6 +31,11 @@ type Summary struct {
 	Priority int     `json:"priority"`
 	Weight   float64 `json:"weight"`
 	Paused   bool    `json:"paused"`
+	// Needs are the features a reader must implement to handle the run
+	// (schema.Manifest.Needs), and WrittenBy the aerie version that
+	// produced it.
+	Needs     []string `json:"needs,omitempty"`
+	WrittenBy string   `json:"written_by,omitempty"`
 	// Progress is nil when no throughput event of the run is kept (none
 	// was published, or the last is older than the events stream keeps).
 	Progress *Progress `json:"progress,omitempty"`
@@ -119,7 +124,7 @@ func summarize(e jetstream.KeyValueEntry) Summary {
 		return Summary{Run: e.Key(), Problem: fmt.Sprintf("manifest cannot be read: %v", err)}
 	}
 	return Summary{Run: e.Key(), Model: m.Model, Total: m.Total, CreatedAt: m.CreatedAt, Producer: m.Producer,
-		Priority: m.Priority, Weight: m.Share(), Paused: m.Paused}
+		Priority: m.Priority, Weight: m.Share(), Paused: m.Paused, Needs: m.Needs, WrittenBy: m.WrittenBy}
 }
 
 // lastProgress reads the last throughput event of run, or nil when the

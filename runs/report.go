@@ -18,14 +18,14 @@ func WriteList(w io.Writer, runs []Summary, now time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tMODEL\tPROMPTS\tCREATED\tPRODUCER\tSCHEDULE\tPROGRESS")
+	fmt.Fprintln(tw, "RUN\tMODEL\tPROMPTS\tCREATED\tPRODUCER\tSCHEDULE\tNEEDS\tPROGRESS")
 	for _, s := range runs {
 		if s.Problem != "" {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", s.Run, s.Problem)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\n", s.Run, s.Problem)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Run, s.Model, s.Total,
-			s.CreatedAt.Local().Format("2006-01-02 15:04"), s.Producer, schedule(s), progress(s.Progress, now))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Run, s.Model, s.Total,
+			s.CreatedAt.Local().Format("2006-01-02 15:04"), s.Producer, schedule(s), needs(s.Needs), progress(s.Progress, now))
 	}
 	return tw.Flush()
 }
@@ -37,6 +37,15 @@ func schedule(s Summary) string {
 		out += " paused"
 	}
 	return out
+}
+
+// needs is a run's features, comma separated; "-" for none, a run every
+// aerie serves.
+func needs(f []string) string {
+	if len(f) == 0 {
+		return "-"
+	}
+	return strings.Join(f, ",")
 }
 
 func progress(p *Progress, now time.Time) string {

@@ -31,11 +31,13 @@ type shape struct {
 	completed, failed                int
 	// turns stored of a conversation regenerated turn by turn
 	turns int
+	// tokenIDs makes the run ask for token ids: it needs token-ids.
+	tokenIDs bool
 }
 
 var shapes = map[string]shape{
 	"a":   {prompts: 5, results: 3, dead: 1, attempts: 2, completed: 3, failed: 1, turns: 2},
-	"a-b": {prompts: 7, results: 2, dead: 2, attempts: 3, completed: 2, failed: 2, turns: 3},
+	"a-b": {prompts: 7, results: 2, dead: 2, attempts: 3, completed: 2, failed: 2, turns: 3, tokenIDs: true},
 }
 
 // queueRun gives run what a run has after some work: a manifest,
@@ -46,7 +48,7 @@ func queueRun(t *testing.T, js jetstream.JetStream, run string, s shape) {
 	t.Helper()
 	ctx := testContext(t)
 	brokertest.Queue(t, js, schema.Manifest{Run: run, Model: "model-" + run, Producer: "host-" + run,
-		CreatedAt: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}, brokertest.Prompts(s.prompts))
+		CreatedAt: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), ReturnTokenIDs: s.tokenIDs, WrittenBy: "v-" + run}, brokertest.Prompts(s.prompts))
 	for _, create := range []func(context.Context, jetstream.JetStream, string) (jetstream.Consumer, error){
 		provision.ResultsConsumer, provision.DeadConsumer, provision.AdvisoriesConsumer,
 		func(ctx context.Context, js jetstream.JetStream, run string) (jetstream.Consumer, error) {
@@ -240,7 +242,10 @@ func TestListShowsEveryRunWithItsProgress(t *testing.T) {
 	if err := runs.WriteList(&out, list, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"RUN", "model-a-b", "host-a", "3 completed, 1 failed, steady", "2 completed, 2 failed, steady"} {
+	if !slices.Equal(list[1].Needs, []string{schema.FeatureTokenIDs}) || list[1].WrittenBy != "v-a-b" || list[0].Needs != nil {
+		t.Errorf("needs %v (written by %q) and %v; want a-b to need token-ids and a nothing", list[1].Needs, list[1].WrittenBy, list[0].Needs)
+	}
+	for _, want := range []string{"RUN", "NEEDS", "token-ids", "model-a-b", "host-a", "3 completed, 1 failed, steady", "2 completed, 2 failed, steady"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table does not show %q:\n%s", want, out.String())
 		}
