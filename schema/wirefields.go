@@ -80,7 +80,7 @@ var wireFields = map[string]wireField{
 	"Result.ttft_ms":           base,
 	"Result.latency_ms":        base,
 	"Result.finished_at":       base,
-	"Result.truncated":         ignorable("finish_reason \"length\" says the same, and an older aggregator writes it"),
+	"Result.truncated":         ignorable("finish_reason \"length\" says the same, and every reader of the output counts a line truncated by either"),
 	"Result.simulated":         needs(FeatureSimulatedMark),
 	"Result.sample":            needs(FeatureSamples),
 	"Result.turns":             needs(FeatureTurnsAll),
