@@ -456,8 +456,21 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 			latest = max(latest, killedAt.Sub(a.first))
 		}
 	}
+	// A delivery of the killed worker that stored a turn after another
+	// delivery wrote the conversation (and removed its turns) leaves that
+	// turn until the prompt comes back, an AckWait later, and a live
+	// worker finds the result and removes it: every delivery must be
+	// settled before nothing may be left.
+	pending, err := js.Consumer(ctx, schema.PromptsStream, schema.WorkersConsumer(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, time.Minute, func() bool {
+		info, err := pending.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, "every delivery of the run settled")
 	if left := storedTurns(); left != 0 {
-		t.Errorf("%d stored turns left behind after every conversation was written", left)
+		t.Errorf("%d stored turns left behind after every conversation was written and every delivery settled", left)
 	}
 	t.Logf("%d conversations (%d ended early by a kept truncated turn), %d turns (planned %d), %d requests (%d cut by the kill), %d turns answered twice (answered at most %v before the kill, not yet stored; %d turns were stored then), %d turn answers checked against the simulator",
 		n, truncated, turnsWritten, plannedTurns, len(requests), len(requests)-completedCount(requests), again, latest.Round(time.Millisecond), len(storedBefore), len(checks))
