@@ -113,3 +113,15 @@ func f16(f float32) uint16 {
 	}
 	return sign | uint16(exp)<<10 | uint16(mant>>13)
 }
+
+// Synthetic is the hidden state aerie's simulator writes for token tok
+// at position pos, in the layer of id layerID, dimension h: finite, of
+// a size bf16 keeps to the last bit, and computed from its coordinates
+// alone, so that a test recomputes any value of any file.
+func Synthetic(tok int64, pos, layerID, h int) float32 {
+	x := uint64(tok)*0x9E3779B97F4A7C15 ^ uint64(pos)*0xC2B2AE3D27D4EB4F ^ uint64(layerID)*0x165667B19E3779F9 ^ uint64(h)*0x27D4EB2F165667C5
+	x ^= x >> 29
+	x *= 0xBF58476D1CE4E5B9
+	x ^= x >> 32
+	return float32(int(x%2001)-1000) / 256
+}

@@ -63,7 +63,17 @@ const (
 	DefaultReasoningShare  = 0.75
 	DefaultKVCacheTokens   = 1_250_000
 	DefaultPrefixCache     = 4096
+
+	// Kimi-K2.5's: 61 layers of 7,168, a vocabulary of 163,840 tokens.
+	DefaultHiddenSize  = 7168
+	DefaultHiddenDType = "BF16"
+	DefaultVocabSize   = 163840
 )
+
+// DefaultHiddenLayerIDs are the layers speculators' launcher extracts
+// from a model of 61 layers: 2, L/2, L-3 and L, the last layer's output
+// before the final norm.
+var DefaultHiddenLayerIDs = []int{2, 30, 58, 61}
 
 // Config describes the simulated server. The zero value of every field
 // means its default (see WithDefaults); New applies them.
@@ -185,6 +195,28 @@ type Config struct {
 	// Faults injects errors, hangs, disconnects, slow first bytes and
 	// outages. The zero value injects nothing.
 	Faults Faults
+
+	// HiddenStatesPath, when set, makes the server extract hidden states
+	// as vLLM's extract_hidden_states method with its hidden-states
+	// connector writing to this directory (shared_storage_path): each
+	// /v1/completions request's prompt states go to
+	// <path>/<request id>.safetensors, written after the reply under an
+	// exclusive lock on the file's .lock, their path in the reply's
+	// kv_transfer_params. Empty, the default: /v1/completions only
+	// answers.
+	HiddenStatesPath string
+	// HiddenLayerIDs are the layers extracted
+	// (eagle_aux_hidden_state_layer_ids); default DefaultHiddenLayerIDs.
+	// HiddenSize is the model's hidden size and HiddenDType the files'
+	// dtype (BF16, F16 or F32); defaults DefaultHiddenSize and
+	// DefaultHiddenDType. The values are hiddenstates.Synthetic of each
+	// token, position, layer id and dimension.
+	HiddenLayerIDs []int
+	HiddenSize     int
+	HiddenDType    string
+	// VocabSize bounds the token ids of a prompt; default
+	// DefaultVocabSize.
+	VocabSize int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -196,6 +228,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxModelLen == 0 {
 		c.MaxModelLen = DefaultMaxModelLen
+	}
+	if len(c.HiddenLayerIDs) == 0 {
+		c.HiddenLayerIDs = DefaultHiddenLayerIDs
+	}
+	if c.HiddenSize == 0 {
+		c.HiddenSize = DefaultHiddenSize
+	}
+	if c.HiddenDType == "" {
+		c.HiddenDType = DefaultHiddenDType
+	}
+	if c.VocabSize == 0 {
+		c.VocabSize = DefaultVocabSize
 	}
 	if c.MaxNumSeqs == 0 {
 		c.MaxNumSeqs = DefaultMaxNumSeqs
@@ -251,6 +295,19 @@ func (c Config) Validate() error {
 	}
 	if c.MaxModelLen < 2 {
 		bad("max model len must be >= 2, got %d", c.MaxModelLen)
+	}
+	if c.HiddenSize < 1 || c.VocabSize < 1 {
+		bad("hidden size and vocab size must be >= 1, got %d and %d", c.HiddenSize, c.VocabSize)
+	}
+	switch c.HiddenDType {
+	case "BF16", "F16", "F32":
+	default:
+		bad("hidden dtype %q: use BF16, F16 or F32", c.HiddenDType)
+	}
+	for _, id := range c.HiddenLayerIDs {
+		if id < 0 {
+			bad("hidden layer ids must not be negative, got %d", id)
+		}
 	}
 	if c.MaxNumSeqs < 1 {
 		bad("max num seqs must be >= 1, got %d", c.MaxNumSeqs)

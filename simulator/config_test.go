@@ -15,6 +15,7 @@ func TestWithDefaults(t *testing.T) {
 		StepBase: DefaultStepBase, StepPerSeq: DefaultStepPerSeq, PrefillPerToken: DefaultPrefillPerToken,
 		OutputMedian: DefaultOutputMedian, OutputSigma: DefaultOutputSigma,
 		ReasoningShare: DefaultReasoningShare, KVCacheTokens: DefaultKVCacheTokens, PrefixCache: DefaultPrefixCache,
+		HiddenLayerIDs: DefaultHiddenLayerIDs, HiddenSize: DefaultHiddenSize, HiddenDType: DefaultHiddenDType, VocabSize: DefaultVocabSize,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aerie-dev/aerie/simulator"
@@ -46,6 +48,15 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	c.StepPerSeq, c.PrefillPerToken = d.StepPerSeq, d.PrefillPerToken
 	fs.Var(zeroableDuration{&c.StepPerSeq}, prefix+"step-per-seq", "decode step time added per running sequence, a `duration` of simulated time; 0 for a flat --"+prefix+"step-base")
 	fs.Var(zeroableDuration{&c.PrefillPerToken}, prefix+"prefill-per-token", "engine time per prompt token, a `duration` of simulated time; 0 for free prompts")
+	fs.StringVar(&c.HiddenStatesPath, prefix+"hidden-states-path", "", "extract hidden states as vLLM's extract_hidden_states method with its hidden-states connector: every /v1/completions request's prompt states go to DIR/<request id>.safetensors, written after the reply under a lock on its .lock (empty: none)")
+	fs.Func(prefix+"hidden-layer-ids", fmt.Sprintf("the layers extracted, comma separated (eagle_aux_hidden_state_layer_ids; default %s)", joinInts(d.HiddenLayerIDs)), func(v string) error {
+		ids, err := parseInts(v)
+		c.HiddenLayerIDs = ids
+		return err
+	})
+	fs.IntVar(&c.HiddenSize, prefix+"hidden-size", d.HiddenSize, "the model's hidden size, of every extracted layer")
+	fs.StringVar(&c.HiddenDType, prefix+"hidden-dtype", d.HiddenDType, "dtype of the extracted states: BF16, F16 or F32")
+	fs.IntVar(&c.VocabSize, prefix+"vocab-size", d.VocabSize, "token ids of a /v1/completions prompt must be below this")
 	f := &c.Faults
 	fs.Float64Var(&f.Rate429, prefix+"fault-429", 0, "share of requests answered 429 with Retry-After (fault injection; 0-1)")
 	fs.Float64Var(&f.Rate500, prefix+"fault-500", 0, "share of requests answered 500 (fault injection; 0-1)")
@@ -129,4 +140,26 @@ func cmdSim(ctx context.Context, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// parseInts reads a comma-separated list of integers.
+func parseInts(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a list of integers", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// joinInts writes ns comma separated.
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
 }
