@@ -217,6 +217,9 @@ type Config struct {
 	// VocabSize bounds the token ids of a prompt; default
 	// DefaultVocabSize.
 	VocabSize int
+	// FileFaults injects faults into the extracted files; the zero value
+	// injects none.
+	FileFaults FileFaults
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -304,6 +307,7 @@ func (c Config) Validate() error {
 	default:
 		bad("hidden dtype %q: use BF16, F16 or F32", c.HiddenDType)
 	}
+	errs = append(errs, c.FileFaults.validate()...)
 	for _, id := range c.HiddenLayerIDs {
 		if id < 0 {
 			bad("hidden layer ids must not be negative, got %d", id)

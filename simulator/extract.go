@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,7 +76,8 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	for _, id := range ids {
 		key = strconv.AppendInt(append(key, ','), id, 10)
 	}
-	a := s.cfg.planAnswer(mix64(fnv(key)^uint64(s.cfg.Seed)), &defaultSampling, maxTokens)
+	key64 := mix64(fnv(key) ^ uint64(s.cfg.Seed))
+	a := s.cfg.planAnswer(key64, &defaultSampling, maxTokens)
 	seq := newSequence(len(ids), a)
 	if err := s.eng.submit(seq); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "", "The engine is not running.")
@@ -116,21 +119,59 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp.KVTransferParams = map[string]any{"hidden_states_path": path}
+	fault, at := s.files.draw(key64)
 	writeJSON(w, http.StatusOK, resp)
-	go s.writeHiddenStates(path, ids, lock)
+	go s.writeHiddenStates(path, ids, lock, fault, at)
 }
 
 // writeHiddenStates writes the hidden states of ids to path and then
-// releases lock, which the reply's reader waits on.
-func (s *Server) writeHiddenStates(path string, ids []int64, lock *os.File) {
+// releases lock, which the reply's reader waits on; fault, drawn with
+// at (uniform in [0, 1): where it strikes), spoils it.
+func (s *Server) writeHiddenStates(path string, ids []int64, lock *os.File, fault fileFault, at float64) {
 	defer lock.Close() // releases the lock
+	switch fault {
+	case fileMissing:
+		return
+	case fileSlowLock:
+		d := s.cfg.FileFaults.SlowLockFor
+		if d == 0 {
+			d = time.Minute
+		}
+		t := time.NewTimer(time.Duration(float64(d) / s.cfg.Speed))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.stopping:
+			return
+		}
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return // as the connector, which only logs: the file is missing
 	}
 	layers := s.cfg.HiddenLayerIDs
-	_, err = hiddenstates.Encode(f, ids, len(layers), s.cfg.HiddenSize, s.cfg.HiddenDType,
-		func(tok int64, pos, layer, h int) float32 { return hiddenstates.Synthetic(tok, pos, layers[layer], h) })
+	value := func(tok int64, pos, layer, h int) float32 { return hiddenstates.Synthetic(tok, pos, layers[layer], h) }
+	written, spot := ids, int(at*float64(len(ids)))
+	switch fault {
+	case fileNaN:
+		good := value
+		value = func(tok int64, pos, layer, h int) float32 {
+			if pos == spot && layer == 0 && h == 0 {
+				return float32(math.NaN())
+			}
+			return good(tok, pos, layer, h)
+		}
+	case fileOtherTokens:
+		written = slices.Clone(ids)
+		written[spot]++
+		value = func(_ int64, pos, layer, h int) float32 {
+			return hiddenstates.Synthetic(ids[pos], pos, layers[layer], h)
+		}
+	}
+	n, err := hiddenstates.Encode(f, written, len(layers), s.cfg.HiddenSize, s.cfg.HiddenDType, value)
+	if err == nil && fault == fileCut {
+		err = f.Truncate(int64(float64(n) * (0.1 + 0.8*at)))
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

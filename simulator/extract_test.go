@@ -119,3 +119,45 @@ func TestCompletionsRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Each file fault spoils the file as it says, and hiddenstates.Verify
+// (or the wait for the lock) catches it.
+func TestFileFaults(t *testing.T) {
+	ids := []int64{5, 6, 7, 8, 9, 10, 11, 12}
+	want := hiddenstates.Want{TokenIDs: ids, Layers: 2, Hidden: 16, DType: "BF16"}
+	for _, c := range []struct {
+		name   string
+		faults FileFaults
+		says   string
+	}{
+		{"missing", FileFaults{Missing: 1}, "no such file"},
+		{"cut", FileFaults{Cut: 1}, "cut short"},
+		{"NaN", FileFaults{NaN: 1}, "is not finite"},
+		{"other tokens", FileFaults{OtherTokens: 1}, "the file is another request's"},
+		{"slow lock", FileFaults{SlowLock: 1, SlowLockFor: time.Hour}, "still holds"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ts := startServer(t, Config{Speed: 1000, HiddenStatesPath: dir, HiddenLayerIDs: []int{1, 2}, HiddenSize: 16, FileFaults: c.faults})
+			status, out := ts.completions(t, map[string]any{"prompt": ids, "max_tokens": 1, "return_token_ids": true})
+			if status != http.StatusOK {
+				t.Fatalf("status %d: %v", status, out)
+			}
+			path := out["kv_transfer_params"].(map[string]any)["hidden_states_path"].(string)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			release, err := hiddenstates.WaitWritten(ctx, path, 5*time.Millisecond)
+			if err == nil {
+				defer release()
+				f, oerr := os.Open(path)
+				if err = oerr; err == nil {
+					_, err = hiddenstates.Verify(f, want)
+					f.Close()
+				}
+			}
+			if err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s: %v, want an error saying %q", c.name, err, c.says)
+			}
+		})
+	}
+}

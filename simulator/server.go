@@ -25,6 +25,7 @@ type Server struct {
 	outages  *outageSwitch
 	model    *servedModel
 	apiKey   apiKey
+	files    *fileFaulter
 
 	ran      atomic.Bool
 	stopping chan struct{} // closed when the server stops: hung requests end
@@ -46,6 +47,7 @@ func New(cfg Config) (*Server, error) {
 		injector: newInjector(cfg),
 		outages:  newOutageSwitch(cfg.Speed, counts),
 		model:    newServedModel(cfg.Model),
+		files:    &fileFaulter{faults: cfg.FileFaults},
 		stopping: make(chan struct{}),
 	}
 	s.apiKey.set(cfg.APIKey)

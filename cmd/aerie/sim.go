@@ -57,6 +57,13 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.IntVar(&c.HiddenSize, prefix+"hidden-size", d.HiddenSize, "the model's hidden size, of every extracted layer")
 	fs.StringVar(&c.HiddenDType, prefix+"hidden-dtype", d.HiddenDType, "dtype of the extracted states: BF16, F16 or F32")
 	fs.IntVar(&c.VocabSize, prefix+"vocab-size", d.VocabSize, "token ids of a /v1/completions prompt must be below this")
+	ff := &c.FileFaults
+	fs.Float64Var(&ff.Missing, prefix+"fault-hs-missing", 0, "share of extractions whose file is never written, its lock let go (fault injection; 0-1)")
+	fs.Float64Var(&ff.Cut, prefix+"fault-hs-cut", 0, "share of extractions whose file stops part way (fault injection; 0-1)")
+	fs.Float64Var(&ff.NaN, prefix+"fault-hs-nan", 0, "share of extractions with a NaN among the hidden states (fault injection; 0-1)")
+	fs.Float64Var(&ff.OtherTokens, prefix+"fault-hs-other-tokens", 0, "share of extractions whose file holds a token id that is not the prompt's (fault injection; 0-1)")
+	fs.Float64Var(&ff.SlowLock, prefix+"fault-hs-slow-lock", 0, "share of extractions whose lock is held --"+prefix+"fault-hs-slow-lock-for past the reply before the file is written (fault injection; 0-1)")
+	fs.DurationVar(&ff.SlowLockFor, prefix+"fault-hs-slow-lock-for", time.Minute, "how long a slow lock is held (simulated time)")
 	f := &c.Faults
 	fs.Float64Var(&f.Rate429, prefix+"fault-429", 0, "share of requests answered 429 with Retry-After (fault injection; 0-1)")
 	fs.Float64Var(&f.Rate500, prefix+"fault-500", 0, "share of requests answered 500 (fault injection; 0-1)")
