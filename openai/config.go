@@ -136,10 +136,13 @@ func redactedKey(key string) string {
 
 // endpoints holds the URLs derived from Config.BaseURL.
 type endpoints struct {
-	root   string // server root, without /v1: /health lives here
-	chat   string // <root>/v1/chat/completions
-	models string // <root>/v1/models
-	health string // <root>/health
+	root string // server root, without /v1: /health lives here
+	chat string // <root>/v1/chat/completions
+	// completions is <root>/v1/completions, where hidden states are
+	// extracted (Extract).
+	completions string
+	models      string // <root>/v1/models
+	health      string // <root>/health
 }
 
 // parseBaseURL validates raw and derives the endpoint URLs from it.
@@ -183,10 +186,11 @@ func parseBaseURL(raw string) (endpoints, error) {
 	u.Path, u.RawPath = path, ""
 	root := u.String()
 	return endpoints{
-		root:   root,
-		chat:   root + "/v1/chat/completions",
-		models: root + "/v1/models",
-		health: root + "/health",
+		root:        root,
+		chat:        root + "/v1/chat/completions",
+		completions: root + "/v1/completions",
+		models:      root + "/v1/models",
+		health:      root + "/health",
 	}, nil
 }
 
