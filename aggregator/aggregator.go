@@ -166,7 +166,7 @@ func (a *Aggregator) Last() schema.Throughput {
 func (a *Aggregator) Run(ctx context.Context) error {
 	m, err := provision.WaitManifest(ctx, a.js, a.cfg.Run, a.log)
 	if err == nil {
-		if lack := lackOf(m); lack != nil {
+		if lack := schema.LackOf(m); lack != nil {
 			m, err = a.waitServable(ctx, m, lack)
 		}
 	}

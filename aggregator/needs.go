@@ -12,62 +12,16 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// lackOf is why this build cannot write m's run: the features it needs
-// that the build lacks; nil when it has them all.
-func lackOf(m *schema.Manifest) *schema.LackError {
-	var le *schema.LackError
-	if errors.As(schema.CheckNeeds("run "+m.Run, m.Needs, m.WrittenBy), &le) {
-		return le
-	}
-	return nil
-}
-
 // waitServable holds an aggregator whose run needs features this build
 // lacks, before it takes the run's lease or touches its files: it says
 // why in its log once and in a throughput event every EventInterval (so
-// that `aerie status` shows it), and waits for the run's manifest to be
-// put again as one it can write, which it returns. Only ctx's end stops
-// it otherwise: the fix is an upgrade of this host.
+// that `aerie status` shows it), and returns the run's manifest once it
+// is put again as one it can write (provision.WaitServable).
 func (a *Aggregator) waitServable(ctx context.Context, m *schema.Manifest, lack *schema.LackError) (*schema.Manifest, error) {
 	a.log.Error("leaving the run alone: it needs features this aggregator lacks; nothing of it is written until this host runs an aerie that has them",
 		"lacks", lack.Lacking, "written_by", lack.By, "version", schema.BuildVersion(), "err", lack)
-	kv, err := provision.WaitRunsBucket(ctx, a.js, a.log)
-	if err != nil {
-		return nil, err
-	}
-	watcher, err := kv.Watch(ctx, m.Run, jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = watcher.Stop() }()
-	tick := time.NewTicker(a.cfg.EventInterval)
-	defer tick.Stop()
-	for {
-		a.announceLack(ctx, m, lack)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		case e, ok := <-watcher.Updates():
-			if !ok {
-				return nil, errors.New("the watch of the run's manifest ended")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			next, err := schema.DecodeManifest(e.Value())
-			if err != nil {
-				a.log.Warn("run manifest cannot be read: run still left alone", "err", err)
-				continue
-			}
-			if l := lackOf(next); l != nil {
-				lack = l
-				continue
-			}
-			a.log.Info("the run's manifest was put again, and this aggregator has every feature it needs: writing it")
-			return next, nil
-		}
-	}
+	return provision.WaitServable(ctx, a.js, m, lack, a.cfg.EventInterval,
+		func(l *schema.LackError) { a.announceLack(ctx, m, l) }, a.log)
 }
 
 // announceLack publishes a throughput event of a run this aggregator

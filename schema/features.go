@@ -175,6 +175,16 @@ func CheckNeeds(what string, needs []string, by string) error {
 	return nil
 }
 
+// LackOf is why this build cannot handle m's run: the features it needs
+// that the build lacks, with the version that wrote it; nil when it has
+// them all.
+func LackOf(m *Manifest) *LackError {
+	if l := Lacking(m.Needs); len(l) > 0 {
+		return &LackError{What: "run " + m.Run, Lacking: l, By: m.WrittenBy}
+	}
+	return nil
+}
+
 // paramsNeeds adds what p needs.
 func paramsNeeds(s *needSet, p *Params) {
 	if p == nil {

@@ -117,7 +117,7 @@ func (w *runWatch) runPut(ctx context.Context, m *schema.Manifest) {
 	if w.cfg.Run != "" {
 		return
 	}
-	if lack := lackOf(m); lack != nil {
+	if lack := schema.LackOf(m); lack != nil {
 		w.skipLacking(m, lack)
 		return
 	}

@@ -191,8 +191,8 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 		if err != nil {
 			return nil, err
 		}
-		if lack := lackOf(m); lack != nil {
-			if m, err = w.waitServable(ctx, m, lack); err != nil {
+		if lack := schema.LackOf(m); lack != nil {
+			if m, err = w.watch.waitServable(ctx, m, lack); err != nil {
 				return nil, err
 			}
 		}
