@@ -30,9 +30,19 @@ func (a *Aggregator) waitServable(ctx context.Context, m *schema.Manifest, lack 
 // written meanwhile), or a waiting one when the run has none. It goes to
 // the events subject only: the run's files are not this aggregator's to
 // write.
+//
+// It stays silent while another aggregator holds the run's lease, and
+// once the run is done: that one's events say what is true of the run,
+// and this one's would hide them.
 func (a *Aggregator) announceLack(ctx context.Context, m *schema.Manifest, lack *schema.LackError) {
+	if a.leaseHeld(ctx, m.Run) {
+		return
+	}
 	ev := schema.Throughput{Run: m.Run, Phase: schema.PhaseWaiting, Total: m.Total}
 	if last, ok := a.lastEvent(ctx, m.Run); ok {
+		if last.Phase == schema.PhaseDone {
+			return
+		}
 		ev = last
 	}
 	ev.Time, ev.ETASec, ev.ETALowSec, ev.ETAHighSec = time.Now().UTC(), -1, -1, -1
@@ -67,6 +77,20 @@ func (a *Aggregator) fitting(msgs []jetstream.Msg) []jetstream.Msg {
 		fit = append(fit, m)
 	}
 	return fit
+}
+
+// leaseHeld reports whether an aggregator holds run's lease: the
+// bucket's TTL removes a lease its holder stopped renewing, so a key
+// that is there is held.
+func (a *Aggregator) leaseHeld(ctx context.Context, run string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := a.js.KeyValue(ctx, schema.LeasesBucket)
+	if err != nil {
+		return false
+	}
+	_, err = kv.Get(ctx, schema.AggregatorLeaseKey(run))
+	return err == nil
 }
 
 // lastEvent is the run's last throughput event in the events stream.
