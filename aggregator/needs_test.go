@@ -110,4 +110,3 @@ func TestAggregatorHandsBackAResultItLacksAFeatureOf(t *testing.T) {
 		t.Errorf("ack floor %d: a result was acknowledged, not handed back", info.AckFloor.Consumer)
 	}
 }
-
