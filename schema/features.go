@@ -73,7 +73,7 @@ func TaskFeature(task string) string {
 var implemented = []string{
 	FeatureSamples, FeatureSamplesInMessage, FeatureTurnsAll, FeatureContextReasoning,
 	FeatureTokenIDs, FeatureSamplingControls, FeaturePromptParams, FeaturePromptMaxTokens,
-	FeatureOnLength, FeatureSimulatedMark,
+	FeatureOnLength, FeatureSimulatedMark, FeatureTaskHiddenStates,
 }
 
 // Implemented returns the features this build implements, sorted.
@@ -211,6 +211,7 @@ func messagesNeeds(s *needSet, msgs []Message) {
 func (m *Manifest) Uses() []string {
 	var s needSet
 	s.add(TaskFeature(m.Task))
+	s.addIf(m.Extraction != nil, FeatureTaskHiddenStates)
 	s.addIf(m.Samples > 1, FeatureSamples)
 	s.addIf(m.SamplesPerMessage > 1, FeatureSamplesInMessage)
 	s.addIf(m.TurnsMode() == TurnsAll, FeatureTurnsAll)
@@ -229,6 +230,7 @@ func (p *Prompt) Uses() []string {
 	s.addIf(p.Samples > 1, FeatureSamplesInMessage)
 	s.addIf(p.MaxTokens > 0, FeaturePromptMaxTokens)
 	s.addIf(p.Params != nil, FeaturePromptParams)
+	s.addIf(len(p.InputIDs) > 0 || len(p.LossMask) > 0, FeatureTaskHiddenStates)
 	paramsNeeds(&s, p.Params)
 	messagesNeeds(&s, p.Messages)
 	return s.sorted()
@@ -241,6 +243,7 @@ func (r *Result) Uses() []string {
 	s.addIf(r.Turns > 1 || r.TurnsPlanned > 0, FeatureTurnsAll)
 	s.addIf(len(r.PromptTokenIDs) > 0 || len(r.TokenIDs) > 0, FeatureTokenIDs)
 	s.addIf(r.Simulated, FeatureSimulatedMark)
+	s.addIf(r.HiddenStates != nil || len(r.InputIDs) > 0 || len(r.LossMask) > 0, FeatureTaskHiddenStates)
 	paramsNeeds(&s, &r.Params)
 	messagesNeeds(&s, r.Messages)
 	return s.sorted()
@@ -252,6 +255,7 @@ func (d *DeadLetter) Uses() []string {
 	s.addIf(d.Sample > 0, FeatureSamples)
 	s.addIf(d.Turn > 0, FeatureTurnsAll)
 	s.addIf(d.Params != nil, FeaturePromptParams)
+	s.addIf(len(d.InputIDs) > 0 || len(d.LossMask) > 0, FeatureTaskHiddenStates)
 	paramsNeeds(&s, d.Params)
 	messagesNeeds(&s, d.Messages)
 	return s.sorted()

@@ -80,6 +80,10 @@ type Prompt struct {
 	// predicted their length. It is not part of what the prompt asks, so
 	// not of its digest.
 	LengthHint int `msgpack:"length_hint,omitempty"`
+	// InputIDs and LossMask are an extraction sample's token ids and
+	// training mask (TaskHiddenStates); its ID is its row number.
+	InputIDs []int64 `msgpack:"input_ids,omitempty"`
+	LossMask []int   `msgpack:"loss_mask,omitempty"`
 }
 
 // Unit is the prompt's unit of work: its id and sample; for a message of
@@ -155,6 +159,12 @@ type Result struct {
 	// request, sent by Worker at the end of the run while a slower
 	// worker still generated the first, and stored first.
 	Hedged bool `msgpack:"hedged,omitempty"`
+	// HiddenStates is an extraction sample's published file; InputIDs
+	// and LossMask are the sample's, so that the aggregator writes its
+	// output row without looking anything up.
+	HiddenStates *HiddenStatesFile `msgpack:"hidden_states,omitempty"`
+	InputIDs     []int64           `msgpack:"input_ids,omitempty"`
+	LossMask     []int             `msgpack:"loss_mask,omitempty"`
 }
 
 // Unit is the result's unit of work: its id and sample.
@@ -270,6 +280,10 @@ type DeadLetter struct {
 	// Params are the prompt's own parameters (Prompt.Params), kept so
 	// that a replay queues the prompt as it was.
 	Params *Params `msgpack:"params,omitempty"`
+	// InputIDs and LossMask are an extraction sample's (Prompt.InputIDs),
+	// kept so that a replay queues it as it was.
+	InputIDs []int64 `msgpack:"input_ids,omitempty"`
+	LossMask []int   `msgpack:"loss_mask,omitempty"`
 }
 
 // Unit is the dead letter's unit of work: its id and sample.
@@ -332,6 +346,8 @@ type Manifest struct {
 	// Task is the run's task kind; empty means TaskChat. A kind other
 	// than chat is a feature (TaskFeature).
 	Task string `json:"task,omitempty"`
+	// Extraction is what a TaskHiddenStates run extracts; nil otherwise.
+	Extraction *Extraction `json:"extraction,omitempty"`
 	// Needs lists the features a reader must implement to handle the run
 	// (see FeatureSamples), sorted: those its settings use (Uses) and any
 	// it was produced to need besides. EncodeManifest and DecodeManifest

@@ -62,6 +62,8 @@ var wireFields = map[string]wireField{
 	"Prompt.sample":      needs(FeatureSamples),
 	"Prompt.samples":     needs(FeatureSamplesInMessage),
 	"Prompt.params":      needs(FeaturePromptParams),
+	"Prompt.input_ids":   needs(FeatureTaskHiddenStates),
+	"Prompt.loss_mask":   needs(FeatureTaskHiddenStates),
 	"Prompt.length_hint": ignorable("an older worker takes hinted prompts as they come, without holding back for a faster one; the answer is the same"),
 
 	"Result.v":                 base,
@@ -88,6 +90,9 @@ var wireFields = map[string]wireField{
 	"Result.prompt_token_ids":  needs(FeatureTokenIDs),
 	"Result.token_ids":         needs(FeatureTokenIDs),
 	"Result.length_hint":       ignorable("an older aggregator writes the line without the hint, which only measures how well hints predicted lengths"),
+	"Result.hidden_states":     needs(FeatureTaskHiddenStates),
+	"Result.input_ids":         needs(FeatureTaskHiddenStates),
+	"Result.loss_mask":         needs(FeatureTaskHiddenStates),
 	"Result.hedged":            ignorable("an older aggregator writes the line without hedged: true; the answer is whole either way"),
 
 	"DeadLetter.v":          base,
@@ -105,6 +110,8 @@ var wireFields = map[string]wireField{
 	"DeadLetter.sample":     needs(FeatureSamples),
 	"DeadLetter.turn":       needs(FeatureTurnsAll),
 	"DeadLetter.params":     needs(FeaturePromptParams),
+	"DeadLetter.input_ids":  needs(FeatureTaskHiddenStates),
+	"DeadLetter.loss_mask":  needs(FeatureTaskHiddenStates),
 
 	"Turn.v":           needs(FeatureTurnsAll),
 	"Turn.run":         needs(FeatureTurnsAll),
@@ -137,8 +144,22 @@ var wireFields = map[string]wireField{
 	"Manifest.prompts":             ignorable("total says how many lines the run has; prompts only splits it by sample"),
 	"Manifest.total_turns":         ignorable("only the ETA counts turns; an older one counts answers"),
 	"Manifest.task":                needs("task-*"),
+	"Manifest.extraction":          needs(FeatureTaskHiddenStates),
 	"Manifest.needs":               gate,
 	"Manifest.written_by":          gate,
+
+	"Extraction.layer_ids":   needs(FeatureTaskHiddenStates),
+	"Extraction.hidden_size": needs(FeatureTaskHiddenStates),
+	"Extraction.dtype":       needs(FeatureTaskHiddenStates),
+	"Extraction.tokens":      needs(FeatureTaskHiddenStates),
+	"Extraction.out":         needs(FeatureTaskHiddenStates),
+
+	"HiddenStatesFile.idx":    needs(FeatureTaskHiddenStates),
+	"HiddenStatesFile.file":   needs(FeatureTaskHiddenStates),
+	"HiddenStatesFile.bytes":  needs(FeatureTaskHiddenStates),
+	"HiddenStatesFile.sha256": needs(FeatureTaskHiddenStates),
+	"HiddenStatesFile.shape":  needs(FeatureTaskHiddenStates),
+	"HiddenStatesFile.dtype":  needs(FeatureTaskHiddenStates),
 
 	"Policy.max_attempts":            needs(FeatureOnLength),
 	"Policy.on_length":               needs(FeatureOnLength),

@@ -251,6 +251,16 @@ func TestFeatureFieldsAreNeeded(t *testing.T) {
 				m := &Manifest{}
 				return m, reflect.ValueOf(&m.Policy).Elem(), m.Uses
 			}}}
+		case "Extraction":
+			return []carrier{{"Manifest.extraction", func() (any, reflect.Value, func() []string) {
+				m := &Manifest{Extraction: &Extraction{}}
+				return m, reflect.ValueOf(m.Extraction).Elem(), m.Uses
+			}}}
+		case "HiddenStatesFile":
+			return []carrier{{"Result.hidden_states", func() (any, reflect.Value, func() []string) {
+				r := &Result{HiddenStates: &HiddenStatesFile{}}
+				return r, reflect.ValueOf(r.HiddenStates).Elem(), r.Uses
+			}}}
 		case "Manifest":
 			return []carrier{{"Manifest", func() (any, reflect.Value, func() []string) {
 				m := &Manifest{}
