@@ -12,51 +12,104 @@ import (
 
 // Publish puts the extraction file at src under its final name dst once
 // it is verified against w, so that a file at dst is always a whole,
-// checked sample. Within one file system the verified file is renamed;
-// across file systems it is copied while it is verified, to a temporary
-// name beside dst, fsynced, then renamed, and src is removed. The
-// directory of dst is fsynced either way, so that the name survives a
-// crash. A file that fails verification is an *Error and is left at src
-// (the caller removes it); dst is then untouched.
-func Publish(src, dst string, w Want) (Summary, error) {
+// checked sample. It never replaces a file at dst: the first attempt to
+// publish a sample wins, and a later one (a redelivery, a second worker
+// on the same disk) finds that file, verifies it in turn, removes its own
+// and reports the published one (Published.Existed), so that every
+// result names the file that is there. Within one file system the
+// verified file gets its final name by a hard link; across file systems
+// it is copied while it is verified, to a temporary name beside dst,
+// fsynced, then linked. The directory of dst is fsynced either way, so
+// that the name survives a crash, and src is removed. A file that fails
+// verification is an *Error and is left at src (the caller removes it);
+// dst is then untouched. A file at dst that fails verification (one
+// damaged after it was published) is replaced.
+func Publish(src, dst string, w Want) (Published, error) {
 	f, err := os.Open(src)
 	if err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", src, err)
+		return Published{}, fmt.Errorf("publish %s: %w", src, err)
 	}
 	defer f.Close()
 	dir := filepath.Dir(dst)
 	same, err := sameFileSystem(src, dir)
 	if err != nil {
-		return Summary{}, fmt.Errorf("publish %s to %s: %w", src, dir, err)
+		return Published{}, fmt.Errorf("publish %s to %s: %w", src, dir, err)
 	}
+	name := src
 	var s Summary
 	if same {
 		if s, err = Verify(f, w); err != nil {
-			return Summary{}, err
+			return Published{}, err
 		}
-		if err := os.Rename(src, dst); err != nil {
-			return Summary{}, fmt.Errorf("publish %s: %w", src, err)
+	} else {
+		if name, s, err = copyVerified(f, dst, w); err != nil {
+			return Published{}, err
 		}
-	} else if s, err = copyVerified(f, dst, w); err != nil {
+		defer os.Remove(name)
+	}
+	p, err := link(name, dst, s, w)
+	if err != nil {
+		return Published{}, err
+	}
+	if err := os.Remove(src); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return p, fmt.Errorf("published %s; remove %s: %w", dst, src, err)
+	}
+	return p, nil
+}
+
+// Published is a sample's file under its final name.
+type Published struct {
+	Summary
+	// Existed is set when an earlier attempt had published the file, and
+	// Summary is that file's.
+	Existed bool
+}
+
+// link gives the verified file at name, of summary s, the name dst
+// unless dst exists already and verifies.
+func link(name, dst string, s Summary, w Want) (Published, error) {
+	for range 2 {
+		err := os.Link(name, dst)
+		if err == nil {
+			if err := syncDir(filepath.Dir(dst)); err != nil {
+				return Published{}, fmt.Errorf("publish %s: %w", dst, err)
+			}
+			return Published{Summary: s}, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return Published{}, fmt.Errorf("publish %s: %w", dst, err)
+		}
+		there, verr := VerifyFile(dst, w)
+		if verr == nil {
+			return Published{Summary: there, Existed: true}, nil
+		}
+		var bad *Error
+		if !errors.As(verr, &bad) {
+			return Published{}, fmt.Errorf("publish %s: a file is there and cannot be read: %w", dst, verr)
+		}
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Published{}, fmt.Errorf("publish %s: replace a damaged file: %w", dst, err)
+		}
+	}
+	return Published{}, fmt.Errorf("publish %s: another attempt publishes a damaged file there at the same time", dst)
+}
+
+// VerifyFile verifies the file at path against w (see Verify).
+func VerifyFile(path string, w Want) (Summary, error) {
+	f, err := os.Open(path)
+	if err != nil {
 		return Summary{}, err
 	}
-	if err := syncDir(dir); err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", dst, err)
-	}
-	if !same {
-		if err := os.Remove(src); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return s, fmt.Errorf("published %s; remove %s: %w", dst, src, err)
-		}
-	}
-	return s, nil
+	defer f.Close()
+	return Verify(f, w)
 }
 
 // copyVerified copies f to a temporary file beside dst as it verifies
-// it, fsyncs it and renames it to dst; a file that fails is removed.
-func copyVerified(f *os.File, dst string, w Want) (Summary, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*.partial")
+// it, fsyncs it and returns its name; a file that fails is removed.
+func copyVerified(f *os.File, dst string, w Want) (string, Summary, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(dst), PartialPrefix+filepath.Base(dst)+".*"+PartialSuffix)
 	if err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", dst, err)
+		return "", Summary{}, fmt.Errorf("publish %s: %w", dst, err)
 	}
 	done := false
 	defer func() {
@@ -67,20 +120,25 @@ func copyVerified(f *os.File, dst string, w Want) (Summary, error) {
 	}()
 	s, err := Verify(io.TeeReader(f, tmp), w)
 	if err != nil {
-		return Summary{}, err
+		return "", Summary{}, err
 	}
 	if err := tmp.Sync(); err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", dst, err)
+		return "", Summary{}, fmt.Errorf("publish %s: %w", dst, err)
 	}
 	if err := tmp.Close(); err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", dst, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return Summary{}, fmt.Errorf("publish %s: %w", dst, err)
+		return "", Summary{}, fmt.Errorf("publish %s: %w", dst, err)
 	}
 	done = true
-	return s, nil
+	return tmp.Name(), s, nil
 }
+
+// A copy under way across file systems is named
+// PartialPrefix<final name>.<random>PartialSuffix beside its final name;
+// one a killed worker left is removed once the run is done.
+const (
+	PartialPrefix = "."
+	PartialSuffix = ".partial"
+)
 
 // syncDir fsyncs a directory, so that the names in it are durable.
 func syncDir(dir string) error {

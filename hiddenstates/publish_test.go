@@ -62,7 +62,7 @@ func TestPublishLeavesABadFile(t *testing.T) {
 }
 
 // Across file systems the file is copied as it is verified, then
-// renamed; a bad one leaves no partial file beside dst.
+// linked; a bad one leaves no partial file beside dst.
 func TestCopyVerified(t *testing.T) {
 	srcDir, dstDir := t.TempDir(), t.TempDir()
 	tokens := ids(20)
@@ -80,8 +80,12 @@ func TestCopyVerified(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(dstDir, c.name+".safetensors")
-		_, err = copyVerified(f, dst, want)
+		tmp, _, err := copyVerified(f, dst, want)
 		f.Close()
+		if err == nil {
+			_, err = link(tmp, dst, Summary{}, want)
+			os.Remove(tmp)
+		}
 		got, rerr := os.ReadFile(dst)
 		switch {
 		case c.ok && (err != nil || !bytes.Equal(got, file)):
@@ -98,6 +102,55 @@ func TestCopyVerified(t *testing.T) {
 	}
 	if same, err := sameFileSystem(filepath.Join(srcDir, "good"), dstDir); err != nil || !same {
 		t.Errorf("two temp directories: same file system %v, %v", same, err)
+	}
+}
+
+// The first attempt to publish a sample wins: a second finds the file,
+// reports it (its checksum, not its own file's) and removes its own.
+func TestPublishNeverReplacesAPublishedFile(t *testing.T) {
+	dir := t.TempDir()
+	tokens := ids(20)
+	want := Want{TokenIDs: tokens, Layers: 2, Hidden: 16, DType: "BF16"}
+	first := encoded(t, tokens, 2, 16, "BF16", value)
+	// The same sample extracted again, with other numerics.
+	second := encoded(t, tokens, 2, 16, "BF16", func(tok int64, pos, layer, h int) float32 { return value(tok, pos, layer, h) + 1 })
+	dst := filepath.Join(dir, Name(3))
+	a, b := filepath.Join(dir, "req-a.safetensors"), filepath.Join(dir, "req-b.safetensors")
+	writeFile(t, a, first)
+	writeFile(t, b, second)
+	pa, err := Publish(a, dst, want)
+	if err != nil || pa.Existed {
+		t.Fatalf("first: %+v, %v", pa, err)
+	}
+	pb, err := Publish(b, dst, want)
+	if err != nil || !pb.Existed || pb.SHA256 != pa.SHA256 {
+		t.Fatalf("second: %+v, %v; want the first's file reported (%s)", pb, err, pa.SHA256)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, first) {
+		t.Error("the published file was replaced")
+	}
+	for _, p := range []string{a, b} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", p, err)
+		}
+	}
+}
+
+// A published file damaged since (cut short) is replaced by a good one.
+func TestPublishReplacesADamagedFile(t *testing.T) {
+	dir := t.TempDir()
+	tokens := ids(20)
+	want := Want{TokenIDs: tokens, Layers: 2, Hidden: 16, DType: "BF16"}
+	file := encoded(t, tokens, 2, 16, "BF16", value)
+	dst, src := filepath.Join(dir, Name(3)), filepath.Join(dir, "req.safetensors")
+	writeFile(t, dst, file[:100])
+	writeFile(t, src, file)
+	p, err := Publish(src, dst, want)
+	if err != nil || p.Existed {
+		t.Fatalf("%+v, %v", p, err)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, file) {
+		t.Error("the damaged file is still there")
 	}
 }
 
