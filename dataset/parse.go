@@ -107,10 +107,20 @@ type ParseOptions struct {
 	// Model is the run's model. An OpenAI Batch line whose body names
 	// another model is refused, naming both; empty checks nothing.
 	Model string
+	// Task is the run's task kind: schema.TaskChat (or empty, the same)
+	// reads prompts; schema.TaskHiddenStates reads extraction samples
+	// (see parseExtraction), JSONL only.
+	Task string
 }
+
+// extraction reports whether o reads extraction samples.
+func (o ParseOptions) extraction() bool { return o.Task == schema.TaskHiddenStates }
 
 // check says whether o's Turns is a mode.
 func (o ParseOptions) check() error {
+	if err := taskCheck(o.Task); err != nil {
+		return err
+	}
 	switch o.Turns {
 	case "", schema.TurnsLast, schema.TurnsAll:
 		return nil
@@ -140,6 +150,10 @@ type Line struct {
 	// the turn to be generated (with TurnsAll, of all its assistant
 	// turns) at BytesPerToken. Zero: no hint.
 	LengthHint int
+	// InputIDs and LossMask are an extraction sample's (ParseOptions.Task
+	// schema.TaskHiddenStates), whose ID is its idx.
+	InputIDs []int64
+	LossMask []int
 }
 
 // ParseLineWith reads one JSONL line (see ParseLine for the accepted

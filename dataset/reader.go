@@ -97,6 +97,9 @@ func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
 	}
 	r := &Reader{opts: opts, info: info, close: func() error { return nil }}
 	if isParquet(f, info.Size()) {
+		if opts.extraction() {
+			return nil, errors.New("is a Parquet file: extraction samples are read from JSONL rows of input_ids and loss_mask (aerie export --format speculators), or a speculators preprocessed dataset directory")
+		}
 		r.form = Parquet
 		if err := r.openParquet(f, info.Size()); err != nil {
 			return nil, err
@@ -108,6 +111,7 @@ func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
 	}
 	lr := NewLineReader(f, MaxLineBytes)
 	r.offset = lr.Offset
+	idx := 0
 	r.next = func() (Record, bool, error) {
 		data, _, tooLong, err := lr.Next()
 		if err != nil {
@@ -116,9 +120,13 @@ func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
 		rec := Record{N: lr.Line()}
 		switch {
 		case tooLong:
+			idx++
 			rec.Err = fmt.Errorf("line is longer than %d MiB: no server accepts a prompt that large; shorten or remove it", MaxLineBytes>>20)
 		case len(bytes.TrimSpace(data)) == 0:
 			return rec, true, nil
+		case opts.extraction():
+			rec.Line, rec.Err = parseExtraction(data, idx)
+			idx++
 		default:
 			rec.Line, rec.Err = ParseLineWith(data, opts)
 		}

@@ -138,7 +138,22 @@ type Config struct {
 	// queued, the manifest's total being final. It is not called when
 	// Run fails before that. Nil means nobody is told.
 	Accepted func(*schema.Manifest)
+	// Task is the run's task kind: schema.TaskChat (or empty, the same)
+	// answers prompts; schema.TaskHiddenStates extracts the target's
+	// hidden states of samples of token ids (PromptsFile holds rows of
+	// input_ids and loss_mask), as Extraction says.
+	Task string
+	// Extraction is what a TaskHiddenStates run extracts; its Tokens is
+	// filled from the file. Required with that task, nil otherwise.
+	Extraction *schema.Extraction
+	// VocabSize and MaxInputTokens, when positive, refuse extraction
+	// samples with a token id at or beyond VocabSize, or more than
+	// MaxInputTokens tokens: the server would refuse them.
+	VocabSize, MaxInputTokens int
 }
+
+// extraction reports whether the run extracts hidden states.
+func (c Config) extraction() bool { return c.Task == schema.TaskHiddenStates }
 
 // Validate checks the fields that do not need the file or the server.
 func (c Config) Validate() error {
@@ -189,6 +204,26 @@ func (c Config) Validate() error {
 	if err := c.Params.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sampling parameters: %w", err))
 	}
+	switch c.Task {
+	case "", schema.TaskChat:
+		if c.Extraction != nil {
+			errs = append(errs, fmt.Errorf("extraction settings given for a %s run: use task %s", schema.TaskChat, schema.TaskHiddenStates))
+		}
+	case schema.TaskHiddenStates:
+		if c.Extraction == nil {
+			errs = append(errs, errors.New("task hidden-states needs its layer ids, hidden size and dtype"))
+		} else if err := c.Extraction.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Samples > 1 || c.turnsAll() || c.ReturnTokenIDs {
+			errs = append(errs, errors.New("samples, turns all and return token ids are generation's: an extraction run reads each sample once"))
+		}
+		if c.SkipInvalid {
+			errs = append(errs, errors.New("skip invalid with task hidden-states: a sample's idx is its row, so a skipped row would shift every later one against the trainer's dataset; correct or remove the rows named"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("task %q: use %s or %s", c.Task, schema.TaskChat, schema.TaskHiddenStates))
+	}
 	if l := schema.Lacking(c.Needs); len(l) > 0 {
 		errs = append(errs, fmt.Errorf("needs %s: this aerie (%s) does not implement it, so it cannot produce a run that needs it; its features are %s",
 			strings.Join(l, ", "), schema.BuildVersion(), strings.Join(schema.Implemented(), ", ")))
@@ -207,7 +242,7 @@ func (c Config) turnsAll() bool { return c.Turns == schema.TurnsAll }
 
 // parseOptions says how the prompts file's records are read.
 func (c Config) parseOptions() dataset.ParseOptions {
-	return dataset.ParseOptions{Turns: c.Turns, Model: c.Model}
+	return dataset.ParseOptions{Turns: c.Turns, Model: c.Model, Task: c.Task}
 }
 
 func (c Config) withDefaults() Config {

@@ -36,6 +36,8 @@ const (
 	tagContent   = 'c'
 	tagMaxTokens = 't' // decimal; only when positive
 	tagParams    = 'p' // paramsBytes; only when the prompt has Params
+	tagInputIDs  = 'x' // decimal ids, comma-separated; only for an extraction sample
+	tagLossMask  = 'm' // 0s and 1s; only for an extraction sample
 )
 
 // promptDigest identifies what a queued prompt carries: its id, its
@@ -64,6 +66,19 @@ func promptDigest(p *schema.Prompt) [16]byte {
 	}
 	if p.Params != nil {
 		field(tagParams, paramsBytes(p.Params))
+	}
+	if len(p.InputIDs) > 0 {
+		b := make([]byte, 0, 8*len(p.InputIDs))
+		for _, id := range p.InputIDs {
+			b = strconv.AppendInt(b, id, 10)
+			b = append(b, ',')
+		}
+		field(tagInputIDs, string(b))
+		m := make([]byte, len(p.LossMask))
+		for i, v := range p.LossMask {
+			m[i] = '0' + byte(v&1)
+		}
+		field(tagLossMask, string(m))
 	}
 	var d [16]byte
 	copy(d[:], h.Sum(nil))

@@ -71,6 +71,12 @@ func writeManifest(ctx context.Context, js jetstream.JetStream, cfg Config, sc *
 	if cfg.Schedule != nil {
 		m.Schedule = *cfg.Schedule
 	}
+	if cfg.extraction() {
+		m.Task = schema.TaskHiddenStates
+		x := *cfg.Extraction
+		x.LayerIDs, x.Tokens = slices.Clone(x.LayerIDs), sc.tokens
+		m.Extraction = &x
+	}
 	if cfg.turnsAll() {
 		m.Turns = schema.TurnsAll
 		m.ContextReasoning = contextReasoning(cfg.ContextReasoning)
@@ -177,6 +183,8 @@ func settingsDiff(stored, now *schema.Manifest) []string {
 	}
 	field("samples", strconv.Itoa(stored.SampleCount()), strconv.Itoa(now.SampleCount()))
 	field("return_token_ids", strconv.FormatBool(stored.ReturnTokenIDs), strconv.FormatBool(now.ReturnTokenIDs))
+	field("task", stored.TaskKind(), now.TaskKind())
+	field("extraction", extractionSettings(stored.Extraction), extractionSettings(now.Extraction))
 	return d
 }
 
@@ -255,4 +263,13 @@ func createWaitingForRoom(ctx context.Context, kv jetstream.KeyValue, key string
 			return fmt.Errorf("%w (stopped waiting for room: %w)", err, ctx.Err())
 		}
 	}
+}
+
+// extractionSettings is what an extraction run's files must be, for a
+// comparison: its layers, hidden size, dtype and output directory.
+func extractionSettings(x *schema.Extraction) string {
+	if x == nil {
+		return "none"
+	}
+	return fmt.Sprintf("layers %v, hidden size %d, dtype %s, out %q", x.LayerIDs, x.HiddenSize, x.DType, x.Out)
 }

@@ -20,7 +20,8 @@ var expectHeaderSize = len(jetstream.ExpectedLastSubjSeqHeader) + len(": 0\r\n")
 
 // linePrompt is the prompt a parsed line queues, for sample 0.
 func linePrompt(run, source string, l dataset.Line) *schema.Prompt {
-	return &schema.Prompt{Run: run, ID: l.ID, Messages: l.Messages, Source: source, Params: l.Params, LengthHint: l.LengthHint}
+	return &schema.Prompt{Run: run, ID: l.ID, Messages: l.Messages, Source: source, Params: l.Params, LengthHint: l.LengthHint,
+		InputIDs: l.InputIDs, LossMask: l.LossMask}
 }
 
 // promptMessage builds the message that queues one unit of a prompt (its

@@ -66,6 +66,9 @@ type Report struct {
 	// in (Config.Order, decided).
 	Hinted int
 	Order  string
+	// Tokens and Bytes are, for an extraction run, the valid samples'
+	// input tokens and the size of their hidden-states files.
+	Tokens, Bytes int64
 	// Elapsed is how long the produce took.
 	Elapsed time.Duration
 }

@@ -46,6 +46,8 @@ type scan struct {
 	// turns sums the turns of the valid prompts: schema.TurnSlots of each
 	// with --turns all, one each otherwise.
 	turns int
+	// tokens sums the input tokens of the valid extraction samples.
+	tokens int64
 }
 
 // scanFile is the validation pass: it reads every record, checks it,
@@ -92,6 +94,10 @@ func scanFile(ctx context.Context, cfg Config, limit int64) (*scan, error) {
 	sc.report.Units = sc.report.Valid * cfg.samples()
 	sc.report.Turns = sc.turns * cfg.samples()
 	sc.report.Order = cfg.order(sc.report.Hinted, sc.report.Valid)
+	if cfg.extraction() {
+		sc.report.Tokens = sc.tokens
+		sc.report.Bytes = sc.tokens * cfg.Extraction.BytesPerToken()
+	}
 	return sc, nil
 }
 
@@ -128,6 +134,11 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 		}
 		return fmt.Sprintf("duplicate id %q (first on %s %d)", dataset.Truncate(l.ID, 60), sc.unit, first.line)
 	}
+	if cfg.extraction() {
+		if err := dataset.CheckExtraction(&l, cfg.VocabSize, cfg.MaxInputTokens); err != nil {
+			return err.Error()
+		}
+	}
 	p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, line), l)
 	entry := seenID{line: line, derived: l.Derived, digest: promptDigest(p)}
 	var reason string
@@ -150,6 +161,7 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 		sc.report.Hinted++
 	}
 	if !entry.rejected {
+		sc.tokens += int64(len(l.InputIDs))
 		if cfg.turnsAll() {
 			sc.turns += schema.TurnSlots(l.Messages)
 		} else {

@@ -109,3 +109,11 @@ func SampleIndex(id string) (int, error) {
 	}
 	return n, nil
 }
+
+// TaskKind is the run's task kind: Task, or TaskChat.
+func (m *Manifest) TaskKind() string {
+	if m.Task == "" {
+		return TaskChat
+	}
+	return m.Task
+}
