@@ -33,6 +33,8 @@ type Extraction struct {
 	Path string
 	// Latency is from sending the request to reading the reply.
 	Latency time.Duration
+	// Fingerprint is the reply's system_fingerprint.
+	Fingerprint string
 }
 
 // Extract asks the server for the hidden states of a prompt of token ids,
@@ -69,7 +71,8 @@ func (c *Client) Extract(ctx context.Context, model string, ids []int64) (*Extra
 		Choices []struct {
 			PromptTokenIDs []int64 `json:"prompt_token_ids"`
 		} `json:"choices"`
-		KVTransferParams map[string]any `json:"kv_transfer_params"`
+		KVTransferParams  map[string]any `json:"kv_transfer_params"`
+		SystemFingerprint string         `json:"system_fingerprint"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", k.where, errMalformed, err)
@@ -88,7 +91,7 @@ func (c *Client) Extract(ctx context.Context, model string, ids []int64) (*Extra
 	if path == "" {
 		return nil, fmt.Errorf("%s: %w", k.where, ErrNoExtraction)
 	}
-	return &Extraction{Path: path, Latency: time.Since(begin)}, nil
+	return &Extraction{Path: path, Latency: time.Since(begin), Fingerprint: r.SystemFingerprint}, nil
 }
 
 // firstDiff says where two lists of ids first differ, for an error.

@@ -157,7 +157,24 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+
+	// DataDir is where a hidden-states run's output goes, as
+	// <DataDir>/<run>, unless its manifest names a directory; it must be
+	// a disk the worker's server writes to, or one on which a file can be
+	// copied. Empty means DefaultDataDir.
+	DataDir string
+	// LockWait is how long, after the server's reply, a sample's file may
+	// stay locked by the server before the attempt is failed; zero means
+	// DefaultLockWait.
+	LockWait time.Duration
+	// DiskFree says how many bytes are free for an unprivileged writer on
+	// the file system of a directory; nil means the file system's own
+	// figure (statfs). Tests give their own.
+	DiskFree func(dir string) (int64, error)
 }
+
+// DefaultDataDir is Config.DataDir's default: the aggregator's.
+const DefaultDataDir = "/data"
 
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
@@ -208,6 +225,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.LockWait == 0 {
+		c.LockWait = DefaultLockWait
+	}
+	if c.DiskFree == nil {
+		c.DiskFree = diskFree
 	}
 	return c
 }

@@ -33,6 +33,9 @@ type job struct {
 	// failed is the turn (from 1) whose failure ended a --turns all
 	// conversation; 0 otherwise.
 	failed int
+	// extracted is the result of a hidden-states sample whose file is
+	// published; nil for generation.
+	extracted *schema.Result
 }
 
 // newJob works out what p, a prompt of l's run, is generated with.
@@ -93,6 +96,9 @@ func (j *job) turn(i int, a *answer, worker string) *schema.Turn {
 // context with every earlier answer in it, the last turn's answer, and
 // usage summed over the turns.
 func (j *job) result(attempt int, worker string) *schema.Result {
+	if j.extracted != nil {
+		return j.extracted
+	}
 	last := j.turns[len(j.turns)-1]
 	params := j.params
 	params.MaxTokens = last.MaxTokens

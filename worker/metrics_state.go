@@ -13,6 +13,7 @@ type stateCollector struct {
 	inFlight, generating, window, tokens *prometheus.Desc
 	breakerOpen, pausedSeconds           *prometheus.Desc
 	tailHold, consumerFull, storeFull    *prometheus.Desc
+	diskFull                             *prometheus.Desc
 	pulling                              *prometheus.Desc
 }
 
@@ -31,13 +32,14 @@ func newStateCollector(r *reporter, run string, labels prometheus.Labels) *state
 		pausedSeconds: desc("aerie_worker_paused_seconds_total", "Time the worker's circuit breaker has been open."),
 		tailHold:      desc("aerie_worker_tail_hold", "1 while the worker takes no new prompt of the run because, near the end of the run, the other workers would finish the prompts left sooner; 0 otherwise."),
 		storeFull:     desc("aerie_worker_store_full", "1 while the JetStream store has no room for the worker's results: it pulls nothing and keeps the answers it holds until they are stored; 0 otherwise."),
+		diskFull:      desc("aerie_worker_disk_full", "1 while the disk a hidden-states run's files go to (its output directory, or the server's) has no room for the next sample: the worker pulls nothing, keeps the samples it holds without spending their attempts, and resumes by itself once there is room; 0 otherwise."),
 		pulling:       desc("aerie_worker_pulling", "1 while the worker pulls the run's prompts; 0 while it is paused (stopping, the JetStream store full, its backend down, the run paused or deleted) or holds back from them (near the end of the run for faster workers, or from length hints too long for its server)."),
 		consumerFull:  desc("aerie_worker_consumer_full", "1 from when the run's consumer is found with as many prompts delivered and unsettled as its MaxAckPending, prompts waiting and this worker's slots free (no worker gets more until some are settled), until it is seen with room; 0 otherwise."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.consumerFull, c.storeFull, c.pulling} {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.generating, c.window, c.tokens, c.breakerOpen, c.pausedSeconds, c.tailHold, c.consumerFull, c.storeFull, c.diskFull, c.pulling} {
 		ch <- d
 	}
 }
@@ -68,6 +70,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tailHold, boolValue(l.tailHold.Load()))
 		gauge(c.consumerFull, boolValue(l.consumerFull.Load()))
 		gauge(c.storeFull, boolValue(h.StoreFull))
+		gauge(c.diskFull, boolValue(h.DiskFull != ""))
 		gauge(c.pulling, boolValue(!waiting && h.With(l.holds()).Pause().Pulls))
 	}
 }

@@ -15,6 +15,7 @@ type pauses struct {
 	stopping atomic.Bool
 	breaker  *breaker
 	room     *storeGate
+	disk     *diskRoom
 }
 
 // worker is the worker's own holds, the same for every run.
@@ -24,6 +25,7 @@ func (p *pauses) worker() policy.Holds {
 		h.Breaker = reason
 	}
 	h.StoreFull, _ = p.room.isFull()
+	h.DiskFull = p.disk.reason()
 	return h
 }
 

@@ -34,6 +34,8 @@ type executor struct {
 	samples samplesSupport
 	// replies is the worker's link, for the deliveries' acks.
 	link *link
+	// extraction is what hidden-states runs need.
+	extraction *extractWork
 }
 
 // process handles one delivered prompt from decode to acknowledgement. l
@@ -73,6 +75,10 @@ func (e *executor) process(ctx context.Context, ln *lane, msg jetstream.Msg, l *
 	p, err := decodePrompt(msg)
 	if err != nil {
 		e.settler.settle(ctx, d, nil, &policy.PoisonError{Err: err})
+		return
+	}
+	if ln.manifest.Task == schema.TaskHiddenStates {
+		e.extract(ctx, d, p, l, generated)
 		return
 	}
 	if p.SampleCount() > 1 && ln.manifest.TurnsMode() != schema.TurnsAll {

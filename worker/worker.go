@@ -53,6 +53,8 @@ type Worker struct {
 	control *controller
 	report  *reporter
 	watch   *runWatch
+	// extraction is what hidden-states runs need of the worker's own.
+	extraction *extractWork
 }
 
 // New returns a worker; js must be connected and backend ready.
@@ -84,14 +86,16 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 		}
 	}, probe.logFailure)
 	w := &Worker{cfg: cfg, log: log, link: ln, runs: runs, slots: slots,
-		pauses: &pauses{breaker: probe.health, room: room}}
+		pauses: &pauses{breaker: probe.health, room: room, disk: &diskRoom{free: cfg.DiskFree, log: log, onRoom: runs.changed.notify}}}
 	w.store = &store{name: cfg.Name, link: ln, log: log, room: room}
 	requests := &requester{backend: backend, health: probe.health, priority: cfg.priority()}
 	w.hedges = &hedger{name: cfg.Name, link: ln, slots: slots, flights: inFlight, store: w.store, pullWait: cfg.PullWait}
 	settle := &settler{name: cfg.Name, store: w.store, health: probe.health, hedges: w.hedges,
 		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry, unfit: cfg.PullWait}}
-	exec := &executor{name: cfg.Name, requests: requests, flights: inFlight, store: w.store, settler: settle, log: log, link: ln}
+	exec := &executor{name: cfg.Name, requests: requests, flights: inFlight, store: w.store, settler: settle, log: log, link: ln,
+		extraction: &extractWork{dataDir: cfg.DataDir, lockWait: cfg.LockWait, disk: w.pauses.disk}}
 	w.hedges.exec = exec
+	w.extraction = exec.extraction
 	w.pull = &puller{log: log, pullWait: cfg.PullWait, runs: runs, slots: slots, flights: inFlight, pauses: w.pauses, exec: exec}
 	w.control = &controller{cfg: cfg, policy: cfg.policy(), log: log, backend: backend, runs: runs, slots: slots, flights: inFlight,
 		pauses: w.pauses, requests: requests, store: w.store, hedges: w.hedges, beatNow: make(chan struct{}, 1)}
@@ -132,6 +136,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	beats := make(chan struct{})
 	go func() { defer close(beats); w.report.heartbeats(work) }()
 	go w.pauses.breaker.run(work)
+	go w.extraction.sweepOrphans(work, w.log)
 	// With ExitWhenDone, the run's end stops the pulls as ctx would.
 	ctx, endPulls := context.WithCancel(ctx)
 	defer endPulls()

@@ -79,6 +79,22 @@ func PriorityRefused(err error) bool {
 // PriorityFix is what a worker paused for refused priorities says.
 const PriorityFix = "the backend refuses request priorities (--yield-to-serving sends them): start vLLM with --scheduling-policy priority, or run the worker without --yield-to-serving"
 
+// BadFileError is a server's hidden-states file that cannot be
+// published: missing after its reply, cut, of another prompt, not
+// finite, or still being written long after the reply. It is the
+// server's fault: the attempt is retried, and a run of them opens the
+// breaker.
+type BadFileError struct {
+	Path string
+	Err  error
+}
+
+func (e *BadFileError) Error() string {
+	return fmt.Sprintf("the server's hidden-states file %s: %v", e.Path, e.Err)
+}
+
+func (e *BadFileError) Unwrap() error { return e.Err }
+
 // AbortedError is an answer the server ended itself before it was done:
 // vLLM's finish_reason "abort" (the engine aborted the request) or
 // "error". The partial answer is not stored: the prompt is tried again,
@@ -140,8 +156,12 @@ func FaultOf(err error) Fault {
 	if errors.Is(err, ErrNoTokenIDs) || PriorityRefused(err) {
 		return Misconfigured
 	}
+	if errors.Is(err, openai.ErrNoExtraction) {
+		return Misconfigured
+	}
 	var ab *AbortedError
-	if errors.As(err, &ab) {
+	var bad *BadFileError
+	if errors.As(err, &ab) || errors.As(err, &bad) || errors.Is(err, openai.ErrPromptMismatch) {
 		return ServerFault
 	}
 	var apiErr *openai.APIError

@@ -16,6 +16,9 @@ type Holds struct {
 	Breaker string
 	// StoreFull: the JetStream store has no room for its results.
 	StoreFull bool
+	// DiskFull is why the disk a run's hidden-states files go to has no
+	// room for the next sample, "" while it has.
+	DiskFull string
 	// RunPaused: the run is paused (aerie runs pause); RunGone: its
 	// manifest was deleted.
 	RunPaused, RunGone bool
@@ -62,6 +65,8 @@ func (h Holds) Pause() Pause {
 		p.Reason = schema.PausedStopping
 	case h.StoreFull:
 		p.Reason = StoreFullReason
+	case h.DiskFull != "":
+		p.Reason = h.DiskFull
 	case h.Breaker != "":
 		p.Reason = h.Breaker
 	case h.RunGone:
