@@ -52,7 +52,10 @@ func arrowSchema() *arrow.Schema {
 		{Name: "input_ids", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
 		{Name: "loss_mask", Type: arrow.ListOf(arrow.PrimitiveTypes.Int64), Nullable: true},
 		{Name: "seq_len", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
-	}, func() *arrow.Metadata { m := arrow.NewMetadata([]string{"huggingface"}, []string{string(meta)}); return &m }())
+	}, func() *arrow.Metadata {
+		m := arrow.NewMetadata([]string{"huggingface"}, []string{string(meta)})
+		return &m
+	}())
 }
 
 // Write saves the n rows that row gives, in order, as a dataset in dir,
