@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/aerie-dev/aerie/hfdataset"
 )
 
 // Form is the form of a prompts file.
@@ -16,19 +18,26 @@ const (
 	JSONL Form = iota
 	// Parquet is an Apache Parquet file; its records are rows.
 	Parquet
+	// SavedDataset is a directory saved by datasets' save_to_disk
+	// (speculators' preprocessed data), read for extraction only; its
+	// records are rows.
+	SavedDataset
 )
 
 // Unit names a record of the form: "line" or "row".
 func (f Form) Unit() string {
-	if f == Parquet {
+	if f == Parquet || f == SavedDataset {
 		return "row"
 	}
 	return "line"
 }
 
 func (f Form) String() string {
-	if f == Parquet {
+	switch f {
+	case Parquet:
 		return "Parquet"
+	case SavedDataset:
+		return "saved dataset"
 	}
 	return "JSONL"
 }
@@ -93,6 +102,12 @@ func NewReader(f *os.File, opts ParseOptions) (*Reader, error) {
 		return nil, err
 	}
 	if info.IsDir() {
+		if opts.extraction() && hfdataset.IsDataset(f.Name()) {
+			return openSaved(f.Name(), info, opts)
+		}
+		if opts.extraction() {
+			return nil, errors.New("is a directory without state.json: name a JSONL file of input_ids and loss_mask rows, or a directory datasets' save_to_disk wrote")
+		}
 		return nil, errors.New("is a directory: name a JSONL or Parquet file")
 	}
 	r := &Reader{opts: opts, info: info, close: func() error { return nil }}
@@ -172,3 +187,27 @@ func (r *Reader) Info() os.FileInfo { return r.info }
 
 // Close closes the file Open opened.
 func (r *Reader) Close() error { return r.close() }
+
+// openSaved reads the extraction samples of the dataset saved in dir:
+// row i is the sample of idx i.
+func openSaved(dir string, info os.FileInfo, opts ParseOptions) (*Reader, error) {
+	hr, err := hfdataset.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{form: SavedDataset, opts: opts, info: info, close: hr.Close, offset: func() int64 { return 0 }}
+	r.next = func() (Record, bool, error) {
+		row, err := hr.Next()
+		if err != nil {
+			return Record{}, false, err
+		}
+		idx := hr.Rows() - 1
+		rec := Record{N: idx + 1}
+		rec.Line, rec.Err = ExtractionLine(idx, row.InputIDs, row.LossMask)
+		if rec.Err != nil {
+			rec.Err = fmt.Errorf("idx %d: %w", idx, rec.Err)
+		}
+		return rec, false, nil
+	}
+	return r, nil
+}

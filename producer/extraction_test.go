@@ -2,10 +2,12 @@ package producer
 
 import (
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aerie-dev/aerie/hfdataset"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -93,6 +95,52 @@ func TestExtractionRefusesSkipInvalid(t *testing.T) {
 	cfg := e.extractionConfig(e.file(t, "rows.jsonl", []string{`{"input_ids":[1],"loss_mask":[1]}`}))
 	cfg.SkipInvalid = true
 	if _, err := Run(ctxFor(t), e.js, cfg); err == nil || !strings.Contains(err.Error(), "shift every later one") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// A speculators preprocessed dataset (a save_to_disk directory) is read
+// as it is: row i is the sample of idx i; a bad row is named by row.
+func TestExtractionReadsASavedDataset(t *testing.T) {
+	e := setup(t)
+	dir := filepath.Join(e.dir, "preprocessed")
+	rows := []hfdataset.Row{
+		{InputIDs: []int64{1, 2, 3}, LossMask: []int{0, 1, 1}},
+		{InputIDs: []int64{9, 8}, LossMask: []int{0, 1}},
+	}
+	if err := hfdataset.Write(dir, len(rows), func(i int) (hfdataset.Row, error) { return rows[i], nil }); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.extractionConfig(dir)
+	rep, err := Run(ctxFor(t), e.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Valid != 2 || rep.Tokens != 5 {
+		t.Fatalf("report: %+v", rep)
+	}
+	got := map[string]*schema.Prompt{}
+	for _, msg := range fetchPrompts(t, e.js, cfg.Run, 2) {
+		p, err := schema.DecodePrompt(msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[p.ID] = p
+	}
+	if p := got["1"]; p == nil || !slices.Equal(p.InputIDs, []int64{9, 8}) || !slices.Equal(p.LossMask, []int{0, 1}) {
+		t.Errorf("idx 1: %+v", p)
+	}
+
+	bad := filepath.Join(e.dir, "bad")
+	if err := hfdataset.Write(bad, 2, func(i int) (hfdataset.Row, error) {
+		return hfdataset.Row{InputIDs: []int64{int64(i * 100)}, LossMask: []int{1}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = e.extractionConfig(bad)
+	cfg.Run, cfg.VocabSize = "r2", 50
+	_, err = Run(ctxFor(t), e.js, cfg)
+	if err == nil || !strings.Contains(err.Error(), "bad:2: idx 1:") || !strings.Contains(err.Error(), "beyond the vocabulary") {
 		t.Fatalf("%v", err)
 	}
 }

@@ -162,7 +162,7 @@ func unitNoun(samples int) string {
 func accept(cfg Config, sc *scan) error {
 	rep := &sc.report
 	if rep.Invalid > 0 && !cfg.SkipInvalid {
-		return &InvalidError{File: cfg.PromptsFile, Invalid: rep.Invalid, Problems: rep.Problems, Unit: sc.unit}
+		return &InvalidError{File: cfg.PromptsFile, Invalid: rep.Invalid, Problems: rep.Problems, Unit: sc.unit, Extraction: cfg.extraction()}
 	}
 	if rep.Invalid > 0 {
 		shown := min(len(rep.Problems), shownProblems)

@@ -89,6 +89,9 @@ type InvalidError struct {
 	// Unit names the file's records: "row" for Parquet; the zero value
 	// means lines.
 	Unit string
+	// Extraction is set for the samples of a hidden-states run, which
+	// cannot be skipped: each one's idx is its row.
+	Extraction bool
 }
 
 func (e *InvalidError) Error() string {
@@ -99,6 +102,10 @@ func (e *InvalidError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s has %d invalid %s, so nothing was published:\n", e.File, e.Invalid, plural(e.Invalid, unit, unit+"s"))
 	writeProblems(&b, e.Problems, e.Invalid)
+	if e.Extraction {
+		fmt.Fprintf(&b, "fix these %ss: an extraction sample's idx is its %s, so none can be skipped without shifting every later one", unit, unit)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "fix these %ss, or skip them (--skip-invalid) to publish the valid ones", unit)
 	return b.String()
 }

@@ -136,7 +136,7 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 	}
 	if cfg.extraction() {
 		if err := dataset.CheckExtraction(&l, cfg.VocabSize, cfg.MaxInputTokens); err != nil {
-			return err.Error()
+			return fmt.Sprintf("idx %s: %v", l.ID, err)
 		}
 	}
 	p := linePrompt(cfg.Run, fmt.Sprintf("%s:%d", source, line), l)
