@@ -63,6 +63,7 @@ func (a *Aggregator) deadLetterLost(ctx context.Context, m jetstream.Msg) error 
 	}
 	if p, err := schema.DecodePrompt(raw.Data); err == nil {
 		d.ID, d.Sample, d.Messages, d.Params = p.ID, p.Sample, p.Messages, p.Params
+		d.InputIDs, d.LossMask = p.InputIDs, p.LossMask
 	} else {
 		d.ID, d.Reason = raw.Header.Get(schema.HeaderPromptID), schema.ReasonPoison
 		d.Sample = headerSample(raw.Header)

@@ -96,6 +96,16 @@ type Aggregator struct {
 	// run is done: see consume.
 	finished context.Context
 	finish   context.CancelFunc
+	// manifest is the run's, set by Run before it consumes.
+	manifest atomic.Pointer[schema.Manifest]
+	// bytesPerToken and bytesTotal are a hidden-states run's: what a
+	// token takes in its file, and the run's files in all; zero for
+	// other runs.
+	bytesPerToken, bytesTotal int64
+	// datasetFor is the completions and failures a hidden-states run's
+	// dataset was last written for (see finishOutput); used by the event
+	// loop only.
+	datasetFor [2]int
 }
 
 // pausedInfo is a worker's latest word that it is paused.
@@ -177,6 +187,7 @@ func (a *Aggregator) Run(ctx context.Context) error {
 		return err
 	}
 	a.needs = m.Needs
+	a.manifest.Store(m)
 	if err := os.MkdirAll(a.dir, fsmode.Dir); err != nil {
 		return fmt.Errorf("aggregator: create %s: %w (is --data-dir writable?)", a.dir, err)
 	}
@@ -323,13 +334,16 @@ loop:
 func (a *Aggregator) open(m *schema.Manifest) error {
 	a.total = m.Total
 	a.turnsAll = m.TurnsMode() == schema.TurnsAll
+	if x := m.Extraction; x != nil {
+		a.bytesPerToken, a.bytesTotal = x.BytesPerToken(), x.Bytes()
+	}
 	a.est = throughput.New(throughput.Config{
 		Run: a.cfg.Run, Total: m.Total, Requests: m.Requests(), ReportTurns: a.turnsAll,
 		MaxTokens: m.MaxAnswerTokens(),
 	}, time.Now())
 	var err error
 	a.completions, err = openCompletions(filepath.Join(a.dir, CompletionsFile), m.Total, func(s *lineindex.Summary) {
-		a.est.Restore(a.observed(answerOf(s, a.turnsAll)))
+		a.est.Restore(a.observed(a.answerOf(s)))
 	}, a.log)
 	if err != nil {
 		return fmt.Errorf("aggregator: %w", err)

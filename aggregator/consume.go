@@ -235,7 +235,7 @@ func (a *Aggregator) writeResults(msgs []jetstream.Msg) error {
 	}
 	answers := make([]throughput.Answer, len(fresh))
 	for i := range fresh {
-		answers[i] = answerOf(&fresh[i], a.turnsAll)
+		answers[i] = a.answerOf(&fresh[i])
 	}
 	a.metrics.wroteCompletions(answers)
 	now := time.Now()

@@ -62,6 +62,7 @@ func (a *Aggregator) deadLetterResult(m jetstream.Msg, cause error) error {
 	}
 	if p, seq, err := a.storedPrompt(ctx, token); err == nil {
 		d.Messages, d.Params, d.Sample, d.PromptSeq = p.Messages, p.Params, p.Sample, seq
+		d.InputIDs, d.LossMask = p.InputIDs, p.LossMask
 		if d.ID == "" {
 			d.ID = p.ID
 		}

@@ -33,6 +33,12 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 		s.PausedWorkers[w] = p.reason
 	}
 	a.noteSlots(&s)
+	if a.bytesPerToken > 0 {
+		s.Task = schema.TaskHiddenStates
+		s.HiddenStatesBytes = int64(s.MeanCompletionTokens*float64(s.Completed)+0.5) * a.bytesPerToken
+		s.HiddenStatesBytesTotal = a.bytesTotal
+		s.HiddenStatesBytesPerSec = s.TokensPerSec * float64(a.bytesPerToken)
+	}
 	return s
 }
 
@@ -47,6 +53,8 @@ func (a *Aggregator) tick(ctx context.Context, now time.Time) {
 	case s.Phase != schema.PhaseDone:
 		a.complete = time.Time{}
 	case !a.confirmDone(ctx, now):
+		s.Phase = schema.PhaseDraining
+	case !a.finishOutput():
 		s.Phase = schema.PhaseDraining
 	}
 	a.emit(s)
@@ -100,6 +108,10 @@ func (a *Aggregator) emit(s schema.Throughput) {
 	}
 	if s.Stranded > 0 { // held by silent workers: back within the AckWait
 		args = append(args, "stranded", s.Stranded, "stranded_back", ETA(s.StrandedBackSec))
+	}
+	if s.Task == schema.TaskHiddenStates { // tokens are input tokens extracted
+		args = append(args, "hidden_states_bytes", s.HiddenStatesBytes, "hidden_states_bytes_total", s.HiddenStatesBytesTotal,
+			"hidden_states_bytes_per_sec", int64(s.HiddenStatesBytesPerSec))
 	}
 	if s.TotalTurns > 0 { // --turns all: the ETA counts turns
 		args = append(args, "turns_completed", s.CompletedTurns, "turns_total", s.TotalTurns)

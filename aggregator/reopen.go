@@ -118,6 +118,7 @@ func (a *Aggregator) deadLetterLine(ctx context.Context, key string) error {
 		Error: "the stored result cannot be read", FailedAt: time.Now().UTC()}
 	if p, seq, err := a.storedPrompt(ctx, token); err == nil {
 		d.Messages, d.Params, d.PromptSeq = p.Messages, p.Params, seq
+		d.InputIDs, d.LossMask = p.InputIDs, p.LossMask
 	}
 	return a.publishDeadLetter(ctx, token, d)
 }

@@ -76,6 +76,11 @@ type CompletionLine struct {
 	// run asked for them (--return-token-ids); last, as they are long.
 	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 	TokenIDs       []int `json:"token_ids,omitempty"`
+	// HiddenStates is a hidden-states sample's published file, and
+	// InputIDs and LossMask the sample's: the output dataset's row.
+	HiddenStates *schema.HiddenStatesFile `json:"hidden_states,omitempty"`
+	InputIDs     []int64                  `json:"input_ids,omitempty"`
+	LossMask     []int                    `json:"loss_mask,omitempty"`
 }
 
 // NewCompletionLine is the completions.jsonl line of a result. A result
@@ -89,6 +94,7 @@ func NewCompletionLine(r *schema.Result) CompletionLine {
 		TTFTMillis: r.TTFTMillis, LatencyMs: r.LatencyMs, FinishedAt: r.FinishedAt,
 		Simulated: r.Simulated, PromptTokenIDs: r.PromptTokenIDs, TokenIDs: r.TokenIDs,
 		LengthHint: r.LengthHint, Hedged: r.Hedged,
+		HiddenStates: r.HiddenStates, InputIDs: r.InputIDs, LossMask: r.LossMask,
 	}
 }
 
@@ -123,6 +129,10 @@ type FailedLine struct {
 	// Params are the prompt's own parameters (its input line's), when it
 	// had any; a replay queues it with them.
 	Params *schema.Params `json:"params,omitempty"`
+	// InputIDs and LossMask are a hidden-states sample's: a replay queues
+	// it with them, and the output dataset keeps its row.
+	InputIDs []int64 `json:"input_ids,omitempty"`
+	LossMask []int   `json:"loss_mask,omitempty"`
 }
 
 // NewFailedLine is the failed.jsonl line of a dead letter.
@@ -130,7 +140,7 @@ func NewFailedLine(d *schema.DeadLetter) FailedLine {
 	return FailedLine{
 		ID: d.ID, Sample: d.Sample, Turn: d.Turn, Messages: d.Messages, Reason: d.Reason, Status: d.Status,
 		Error: d.Error, Body: d.Body, Attempts: d.Attempts, Worker: d.Worker, FailedAt: d.FailedAt,
-		Params: d.Params,
+		Params: d.Params, InputIDs: d.InputIDs, LossMask: d.LossMask,
 	}
 }
 

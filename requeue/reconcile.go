@@ -153,7 +153,7 @@ func Reconcile(ctx context.Context, js jetstream.JetStream, cfg ReconcileConfig)
 	}
 	// The input is read as produce read it: in the run's turns mode, so
 	// that ids derived from the content are the ones queued.
-	rd, err := dataset.NewReader(f, dataset.ParseOptions{Turns: r.Manifest().TurnsMode(), Model: r.Manifest().Model})
+	rd, err := dataset.NewReader(f, dataset.ParseOptions{Turns: r.Manifest().TurnsMode(), Model: r.Manifest().Model, Task: r.Manifest().Task})
 	if err != nil {
 		return rep, fmt.Errorf("%s: %w", cfg.PromptsFile, err)
 	}

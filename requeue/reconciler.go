@@ -83,6 +83,7 @@ func (rc *reconciler) run(ctx context.Context, rd *dataset.Reader) error {
 			default:
 				rc.batch = append(rc.batch, &schema.Prompt{
 					Run: rc.cfg.Run, ID: id, Sample: sample, Messages: msgs, Params: rec.Line.Params,
+					InputIDs: rec.Line.InputIDs, LossMask: rec.Line.LossMask,
 					Source: fmt.Sprintf("%s:%d", rc.source, line),
 				})
 				if len(rc.batch) >= lookupBatch {

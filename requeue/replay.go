@@ -199,7 +199,8 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 				return fmt.Errorf("replay stopped at %s: %w; what was replayed stays replayed: run the replay again to continue", unitName(u), err)
 			}
 		}
-		p := &schema.Prompt{Run: r.run, ID: d.ID, Sample: d.Sample, Messages: d.Messages, Params: d.Params, MaxTokens: cfg.MaxTokens}
+		p := &schema.Prompt{Run: r.run, ID: d.ID, Sample: d.Sample, Messages: d.Messages, Params: d.Params, MaxTokens: cfg.MaxTokens,
+			InputIDs: d.InputIDs, LossMask: d.LossMask}
 		outcome, err := r.Requeue(ctx, p)
 		if err != nil {
 			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {

@@ -290,4 +290,14 @@ type Throughput struct {
 	// wrote the run (or the result), one that has them.
 	AggregatorLacks          []string `json:"aggregator_lacks,omitempty"`
 	AggregatorLacksWrittenBy string   `json:"aggregator_lacks_written_by,omitempty"`
+	// Task is the run's task kind other than chat. For a hidden-states
+	// run every token figure counts the samples' input tokens extracted
+	// (an answer is a sample), and HiddenStatesBytes, of
+	// HiddenStatesBytesTotal, is the hidden states written so far,
+	// HiddenStatesBytesPerSec their recent rate (the files' headers
+	// aside).
+	Task                    string  `json:"task,omitempty"`
+	HiddenStatesBytes       int64   `json:"hidden_states_bytes,omitempty"`
+	HiddenStatesBytesTotal  int64   `json:"hidden_states_bytes_total,omitempty"`
+	HiddenStatesBytesPerSec float64 `json:"hidden_states_bytes_per_sec,omitempty"`
 }

@@ -215,6 +215,10 @@ var wireFields = map[string]wireField{
 	"HedgeNotice.sample":         ignorable("an older worker neither hedges nor stops for a hedge: the answer stored first wins either way"),
 
 	"Throughput.run":                         informational,
+	"Throughput.task":                        informational,
+	"Throughput.hidden_states_bytes":         informational,
+	"Throughput.hidden_states_bytes_total":   informational,
+	"Throughput.hidden_states_bytes_per_sec": informational,
 	"Throughput.time":                        informational,
 	"Throughput.phase":                       informational,
 	"Throughput.total":                       informational,

@@ -29,6 +29,7 @@ func (s *store) putDeadLetter(ctx context.Context, d *delivery, j *job, reason s
 		// The unit's own: a message of several samples has the first's.
 		token = j.p.Unit().Token()
 		dl.ID, dl.Messages, dl.Sample, dl.Params, dl.Turn = j.p.ID, j.p.Messages, j.p.Sample, j.p.Params, j.failed
+		dl.InputIDs, dl.LossMask = j.p.InputIDs, j.p.LossMask
 	} else {
 		// An undecodable prompt: keep what identifies it, and the subject
 		// token, which is all that is certain.
