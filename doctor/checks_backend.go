@@ -110,6 +110,9 @@ func checkModel(ctx context.Context, s *session) Result {
 // model and sampling parameters, as a worker would, and reports the time
 // to the first token and whether reasoning came back.
 func checkCompletion(ctx context.Context, s *session) Result {
+	if s.extraction() != nil {
+		return skip("a hidden-states run asks no chat question (see extraction)")
+	}
 	if s.cfg.Backend == "" {
 		return skip("no backend given (--backend)")
 	}

@@ -113,6 +113,9 @@ func scanPrompts(ctx context.Context, path string, limit int, opts dataset.Parse
 // that does not fit is refused by the backend (400) and dead-lettered
 // when a worker reaches it, however late in the run that is.
 func checkContextLength(ctx context.Context, s *session) Result {
+	if s.extraction() != nil {
+		return skip("a hidden-states run: the producer refuses samples longer than the context")
+	}
 	if s.cfg.PromptsFile == "" {
 		return skip("no prompts file given (--prompts)")
 	}

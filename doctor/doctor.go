@@ -119,6 +119,14 @@ type Config struct {
 	// DataDir is the aggregator's output root: the run writes under
 	// DataDir/Run. Empty skips the data directory and disk space checks.
 	DataDir string
+	// Extraction is the settings of a hidden-states run not produced
+	// yet (aerie run --task hidden-states); once the run has a manifest,
+	// it says. Nil: a generation run.
+	Extraction *schema.Extraction
+	// Out is where a hidden-states run's output goes on this host when
+	// its manifest names no directory: a worker's <data-dir>/<run>.
+	// Empty: DataDir/Run.
+	Out string
 	// PromptsFile is the JSONL file of prompts; when given, every prompt's
 	// length is compared with the model's context length. Empty skips
 	// that check.
@@ -237,6 +245,8 @@ var checks = []check{
 	{"disk-space", checkTimeout, true, checkDiskSpace},
 	{"store-space", checkTimeout, false, checkStoreSpace},
 	{"units", checkTimeout, false, checkUnits},
+	{"extraction", answerTimeout, true, checkExtraction},
+	{"extract-space", scanTimeout, true, checkHiddenStatesSpace},
 }
 
 // Run performs every check and returns their results in a fixed order.
