@@ -86,6 +86,18 @@ func (s *Summary) Print(w io.Writer) {
 		state = "stopped before the end (run the same command again to resume)"
 	}
 	fmt.Fprintf(w, "run %s: %s\n", s.Run, state)
+	if s.HiddenStatesDir != "" {
+		fmt.Fprintf(w, "  samples      %d total, %d extracted, %d failed\n", s.Total, s.Completed, s.Failed)
+		fmt.Fprintf(w, "  wall time    %s\n", s.Wall.Round(100*time.Millisecond))
+		fmt.Fprintf(w, "  throughput   %.2f samples/s, %.0f input tokens/s, %s of hidden states\n", s.RequestsPerSec, s.TokensPerSec, status.Bytes(s.HiddenStatesBytes))
+		fmt.Fprintf(w, "  dataset      %s (datasets.save_to_disk, with hidden_states/hs_<idx>.safetensors)\n", s.HiddenStatesDir)
+		fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
+		fmt.Fprintf(w, "  events       %s\n", s.EventsPath)
+		if s.Report != "" {
+			fmt.Fprintf(w, "  report       %s\n", s.Report)
+		}
+		return
+	}
 	if s.Samples > 1 {
 		fmt.Fprintf(w, "  samples      %d total (%d per prompt), %d completed (%d truncated at max_tokens), %d failed\n", s.Total, s.Samples, s.Completed, s.Truncated, s.Failed)
 	} else {

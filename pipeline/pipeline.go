@@ -5,6 +5,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/metrics"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
@@ -61,6 +64,19 @@ type Config struct {
 	// Needs are features the run needs besides its settings' (see
 	// producer.Config.Needs).
 	Needs []string
+	// Task is the run's task kind (schema.TaskChat when empty); with
+	// schema.TaskHiddenStates, Extraction says what is extracted, the
+	// prompts file holds samples of token ids, and the built-in
+	// simulator extracts with the same layers, hidden size and dtype
+	// into <DataDir>/sim-hidden-states/<run>. VocabSize, when positive,
+	// refuses samples with larger ids.
+	Task       string
+	Extraction *schema.Extraction
+	VocabSize  int
+	// maxInput and checkIDs are the backend's limits on extraction
+	// samples, found once it is up.
+	maxInput int
+	checkIDs func(context.Context, int64) error
 	// Workers is how many workers run, 1 when zero, each configured by
 	// Worker: its window, grace, hand-back, hedging and yield settings as
 	// aerie work takes them. Its Run, Runs and AllRuns are the run's,
@@ -149,6 +165,11 @@ type Summary struct {
 	Samples                    int
 	Turns                      string
 	TotalTurns, CompletedTurns int
+	// HiddenStatesDir is, for a hidden-states run, where its dataset and
+	// hidden_states/ are, HiddenStatesBytes the hidden states written;
+	// its token figures count input tokens extracted.
+	HiddenStatesDir   string
+	HiddenStatesBytes int64
 }
 
 // Run runs the pipeline until every prompt is completed or failed, or ctx
@@ -217,6 +238,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	be, err := startBackend(ctx, simCtx, &simDone, cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Extraction != nil {
+		cfg.maxInput, cfg.checkIDs = max(be.maxInput-1, 0), be.checkIDs
 	}
 	if cfg.Preflight != nil {
 		if err := cfg.Preflight(ctx, srv.ClientURL(), be.url, be.model); err != nil {
@@ -352,6 +376,10 @@ type backend struct {
 	client    *openai.Client
 	model     string
 	simulated bool // the built-in simulator, started by Run
+	// maxInput is the model's max_model_len (0: not reported), and
+	// checkIDs asks the backend about a token id; extraction runs only.
+	maxInput int
+	checkIDs func(context.Context, int64) error
 }
 
 // startBackend connects to cfg.Backend, or starts the simulator when it
@@ -362,6 +390,13 @@ func startBackend(ctx, simCtx context.Context, wg *sync.WaitGroup, cfg Config, l
 	be := &backend{url: cfg.Backend, model: cfg.Model, simulated: cfg.Backend == ""}
 	where := "the backend at " + cfg.Backend
 	if be.simulated {
+		if x := cfg.Extraction; x != nil {
+			cfg.Sim.HiddenStatesPath = filepath.Join(cfg.DataDir, "sim-hidden-states", cfg.Run)
+			cfg.Sim.HiddenLayerIDs, cfg.Sim.HiddenSize, cfg.Sim.HiddenDType = x.LayerIDs, x.HiddenSize, x.DType
+			if err := os.MkdirAll(cfg.Sim.HiddenStatesPath, fsmode.Dir); err != nil {
+				return nil, fmt.Errorf("pipeline: the simulator's hidden-states directory: %w", err)
+			}
+		}
 		sim, err := simulator.New(cfg.Sim)
 		if err != nil {
 			return nil, err
@@ -396,6 +431,18 @@ func startBackend(ctx, simCtx context.Context, wg *sync.WaitGroup, cfg Config, l
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Extraction != nil {
+		models, err := be.client.Models(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range models {
+			if m.ID == be.model {
+				be.maxInput = m.MaxModelLen
+			}
+		}
+		be.checkIDs = doctor.TokenIDCheck(be.client, be.model)
 	}
 	return be, nil
 }
@@ -482,6 +529,8 @@ func producerConfig(cfg Config, model string, log *slog.Logger) producer.Config 
 		Params: cfg.Params, Policy: cfg.Policy,
 		Turns: cfg.Turns, ContextReasoning: cfg.ContextReasoning, Samples: cfg.Samples, ReturnTokenIDs: cfg.ReturnTokenIDs, Needs: cfg.Needs,
 		SkipInvalid: cfg.SkipInvalid, Progress: cfg.Progress, Logger: log, Order: cfg.Order,
+		Task: cfg.Task, Extraction: cfg.Extraction, VocabSize: cfg.VocabSize,
+		MaxInputTokens: cfg.maxInput, CheckTokenIDs: cfg.checkIDs,
 	}
 }
 
@@ -501,7 +550,12 @@ func summarize(cfg Config, start time.Time, workTime time.Duration, srv *broker.
 		handedBack += s.HandedBack
 	}
 	last := agg.Last()
+	var hsDir string
+	if x := cfg.Extraction; x != nil {
+		hsDir = cmp.Or(x.Out, agg.Dir())
+	}
 	return &Summary{
+		HiddenStatesDir: hsDir, HiddenStatesBytes: last.HiddenStatesBytes,
 		Run: cfg.Run, Total: last.Total, Completed: last.Completed, Failed: last.Failed,
 		Truncated: last.Truncated, Done: last.Phase == schema.PhaseDone,
 		HintedAnswers: last.HintedAnswers, HintRankCorrelation: last.HintRankCorrelation,

@@ -91,6 +91,7 @@ func workerConfig(cfg Config, reg prometheus.Registerer, log *slog.Logger) worke
 	wc.Run, wc.Runs, wc.AllRuns = cfg.Run, nil, false
 	wc.Metrics, wc.Logger = reg, log
 	wc.PullWait = cmp.Or(wc.PullWait, pullWait)
+	wc.DataDir = cfg.DataDir
 	if cfg.Backend == "" {
 		wc.Speed = cfg.Sim.Speed
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 )
 
@@ -138,4 +140,39 @@ func question(r *rand.Rand) string {
 		fmt.Fprintf(&b, " Consider also %s.", subjects[r.IntN(len(subjects))])
 	}
 	return b.String()
+}
+
+// WriteSamples writes n synthetic samples of hidden-state extraction as
+// JSONL rows, as aerie's speculators export writes them ({"id",
+// "input_ids", "loss_mask"}), deterministic for a seed: lengths
+// lognormal around 300 tokens (8 to 4,000), ids below vocab, the first
+// quarter to half of each masked as prompt.
+func WriteSamples(w io.Writer, n int, seed int64, vocab int) error {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x68696464))
+	bw := bufio.NewWriterSize(w, 1<<16)
+	for i := range n {
+		k := int(math.Exp(math.Log(300) + 0.8*r.NormFloat64()))
+		k = min(max(k, 8), 4000)
+		prompt := k/4 + r.IntN(k/4+1)
+		fmt.Fprintf(bw, `{"id":"s%07d","input_ids":[`, i)
+		for t := range k {
+			if t > 0 {
+				bw.WriteByte(',')
+			}
+			bw.WriteString(strconv.Itoa(r.IntN(vocab)))
+		}
+		bw.WriteString(`],"loss_mask":[`)
+		for t := range k {
+			if t > 0 {
+				bw.WriteByte(',')
+			}
+			if t < prompt {
+				bw.WriteByte('0')
+			} else {
+				bw.WriteByte('1')
+			}
+		}
+		bw.WriteString("]}\n")
+	}
+	return bw.Flush()
 }

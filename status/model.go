@@ -52,6 +52,14 @@ type Run struct {
 	TokensPerSec          float64 `json:"tokens_per_sec"`
 	RequestsPerSecOverall float64 `json:"requests_per_sec_overall"`
 	TokensPerSecOverall   float64 `json:"tokens_per_sec_overall"`
+	// Task is the run's task kind other than chat; for a hidden-states
+	// run the token rates are input tokens extracted, and
+	// HiddenStatesBytes of HiddenStatesBytesTotal the files written, at
+	// HiddenStatesBytesPerSec (the event's).
+	Task                    string  `json:"task,omitempty"`
+	HiddenStatesBytes       int64   `json:"hidden_states_bytes,omitempty"`
+	HiddenStatesBytesTotal  int64   `json:"hidden_states_bytes_total,omitempty"`
+	HiddenStatesBytesPerSec float64 `json:"hidden_states_bytes_per_sec,omitempty"`
 	// ETASec is the estimated time to the end in seconds, ETALowSec and
 	// ETAHighSec the band the end lies in four times out of five; all
 	// negative when unknown (no event, or too early to tell; the band

@@ -17,6 +17,8 @@ func cmdGen(_ context.Context, args []string) error {
 	count := fs.Int("count", 25000, "number of prompts")
 	out := fs.String("out", "", "output JSONL file")
 	seed := fs.Int64("seed", 1, "seed")
+	task := fs.String("task", "chat", "chat (prompts) or hidden-states (samples of token ids and loss masks, as aerie export --format speculators writes them, for aerie run --task hidden-states)")
+	vocab := fs.Int("vocab-size", simulator.DefaultVocabSize, "with --task hidden-states: token ids are below this")
 	turns := fs.Int("turns", 1, "most user turns per conversation: above 1, every line has 1 to N user turns, each but the last followed by an assistant answer (input for --turns all); 1 writes the usual mix of shapes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -39,7 +41,19 @@ func cmdGen(_ context.Context, args []string) error {
 	tmp := f.Name()
 	defer os.Remove(tmp) // after the rename, a no-op
 	w := bufio.NewWriter(f)
-	if err := simulator.WritePromptsWith(w, *count, *seed, simulator.PromptOptions{Turns: *turns}); err != nil {
+	write := func() error {
+		return simulator.WritePromptsWith(w, *count, *seed, simulator.PromptOptions{Turns: *turns})
+	}
+	noun := "prompts"
+	switch *task {
+	case "chat":
+	case "hidden-states":
+		write, noun = func() error { return simulator.WriteSamples(w, *count, *seed, *vocab) }, "samples"
+	default:
+		f.Close()
+		return fmt.Errorf("--task %q: use chat or hidden-states", *task)
+	}
+	if err := write(); err != nil {
 		f.Close()
 		return err
 	}
@@ -53,6 +67,6 @@ func cmdGen(_ context.Context, args []string) error {
 	if err := os.Rename(tmp, *out); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %d prompts to %s\n", *count, *out)
+	fmt.Printf("wrote %d %s to %s\n", *count, noun, *out)
 	return nil
 }

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
@@ -152,6 +152,8 @@ func cmdProduce(ctx context.Context, args []string) error {
 	fs.DurationVar(&prov.AckWait, "ack-wait", provision.DefaultAckWait, "when the run's consumer is created: how long a silent worker keeps a prompt before it is redelivered (workers progress-ack every ack-wait/3)")
 	fs.IntVar(&prov.MaxDeliver, "max-deliver", provision.DefaultMaxDeliver, "when the run's consumer is created: attempts per prompt before it is dead-lettered")
 	fs.IntVar(&prov.MaxAckPending, "max-ack-pending", provision.DefaultMaxAckPending, "when the run's consumer is created: prompts in flight across all workers; at least workers x window")
+	var tf taskFlags
+	addTaskFlags(fs, &tf)
 	var sched schema.Schedule
 	fs.IntVar(&sched.Priority, "priority", 0, "when workers serve several runs (aerie work --runs, --all-runs): higher goes first and takes every slot as slots free up; change it later with aerie runs set")
 	fs.Float64Var(&sched.Weight, "weight", schema.DefaultWeight, "when workers serve several runs: the run's share among runs of equal priority, counted in generated tokens (above 0)")
@@ -168,6 +170,10 @@ func cmdProduce(ctx context.Context, args []string) error {
 	if err := sf.check(); err != nil {
 		return err
 	}
+	extraction, err := tf.extraction(fs)
+	if err != nil {
+		return err
+	}
 	cfg := producer.Config{
 		Run: *run, PromptsFile: *prompts, Model: sf.model, Params: sf.params(), Policy: policy,
 		SkipInvalid: *skip, Progress: os.Stderr, Logger: log, Provision: prov, Order: *order,
@@ -178,9 +184,17 @@ func cmdProduce(ctx context.Context, args []string) error {
 		}
 	})
 	sf.produceSettings(&cfg)
+	if extraction != nil {
+		cfg.Task, cfg.Extraction, cfg.VocabSize = schema.TaskHiddenStates, extraction, tf.vocabSize
+	}
 	if sf.model != "" {
 		if err := checkModel(ctx, bf, sf.model, log); err != nil {
 			return err
+		}
+		if extraction != nil && bf.url != "" {
+			if err := extractionLimits(ctx, bf, sf.model, &cfg); err != nil {
+				return err
+			}
 		}
 	}
 	if *dryRun {
@@ -190,6 +204,11 @@ func cmdProduce(ctx context.Context, args []string) error {
 		rep, err := producer.Validate(ctx, cfg)
 		if err != nil {
 			return err
+		}
+		if extraction != nil {
+			fmt.Printf("%s: %d samples valid, %d tokens, %s of hidden states to extract, prompts digest %s; nothing published (--dry-run)\n",
+				*prompts, rep.Valid, rep.Tokens, formatSize(rep.Bytes), rep.PromptsDigest)
+			return nil
 		}
 		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; would queue %s (%d of %d with a length hint); nothing published (--dry-run)\n",
 			*prompts, rep.Lines, rep.Valid, rep.Invalid, unitsNote(rep), rep.PromptsDigest, rep.Order, rep.Hinted, rep.Valid)
@@ -206,6 +225,11 @@ func cmdProduce(ctx context.Context, args []string) error {
 	rep, err := producer.Run(ctx, js, cfg)
 	if err != nil {
 		return err
+	}
+	if extraction != nil {
+		fmt.Printf("run %s: %d samples valid, %d newly queued, %d already queued, %d tokens, %s of hidden states to extract, in %s\n",
+			*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Tokens, formatSize(rep.Bytes), rep.Elapsed.Round(1e6))
+		return nil
 	}
 	if rep.Samples > 1 {
 		fmt.Printf("run %s: %d prompts valid x %d samples = %d samples, %d newly queued, %d already queued, %d invalid skipped, %s, in %s\n",
@@ -260,4 +284,43 @@ func checkModel(ctx context.Context, bf *backendFlags, model string, log *slog.L
 	}
 	log.Info("the backend serves the model", "backend", bf.url, "model", model)
 	return nil
+}
+
+// extractionLimits reads, from the backend of --backend, the longest
+// sample it extracts (its max_model_len, less the one token generated),
+// and has the producer ask it about the samples' largest token id.
+func extractionLimits(ctx context.Context, bf *backendFlags, model string, cfg *producer.Config) error {
+	key, err := bf.apiKey()
+	if err != nil {
+		return err
+	}
+	client, err := openai.New(openai.Config{BaseURL: bf.url, APIKey: key})
+	if err != nil {
+		return fmt.Errorf("--backend: %w", err)
+	}
+	models, err := client.Models(ctx)
+	if err != nil {
+		return fmt.Errorf("--backend: %w", err)
+	}
+	for _, m := range models {
+		if m.ID == model && m.MaxModelLen > 1 {
+			cfg.MaxInputTokens = m.MaxModelLen - 1
+		}
+	}
+	cfg.CheckTokenIDs = doctor.TokenIDCheck(client, model)
+	return nil
+}
+
+// formatSize is n bytes in the largest decimal unit under it.
+func formatSize(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }

@@ -35,6 +35,8 @@ func cmdRun(ctx context.Context, args []string) error {
 	var policy schema.Policy
 	addPolicyFlags(fs, &policy)
 	sim := addSimFlags(fs, "sim-")
+	var tf taskFlags
+	addTaskFlags(fs, &tf)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -46,6 +48,14 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	if err := sf.check(); err != nil {
 		return err
+	}
+	extraction, err := tf.extraction(fs)
+	if err != nil {
+		return err
+	}
+	task, extractionPrompts := "", ""
+	if extraction != nil {
+		task, extractionPrompts = schema.TaskHiddenStates, *prompts
 	}
 	wc, err := wf.config()
 	if err != nil {
@@ -103,6 +113,7 @@ func cmdRun(ctx context.Context, args []string) error {
 		Backend: bf.url, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs, Needs: sf.needs.v,
+		Task: task, Extraction: extraction, VocabSize: tf.vocabSize,
 		Workers: *workers, Worker: wc, NATSListen: *listen,
 		MetricsListen: *metricsListen,
 		EventInterval: *interval, SkipInvalid: *skip, Order: *order,
@@ -113,6 +124,7 @@ func cmdRun(ctx context.Context, args []string) error {
 				BackendWait: bwait, Log: log,
 				DataDir: *dataDir, Workers: *workers, Window: wc.Window, ReturnTokenIDs: sf.returnTokenIDs,
 				YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority,
+				Extraction: extraction, PromptsFile: extractionPrompts,
 			})
 		},
 	})
