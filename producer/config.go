@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -150,6 +151,11 @@ type Config struct {
 	// samples with a token id at or beyond VocabSize, or more than
 	// MaxInputTokens tokens: the server would refuse them.
 	VocabSize, MaxInputTokens int
+	// CheckTokenIDs, when set, is asked, after the file is validated and
+	// before anything is queued, whether the server takes the largest
+	// token id of an extraction run's samples; its error refuses the
+	// produce, naming the sample. Nil checks nothing.
+	CheckTokenIDs func(ctx context.Context, maxID int64) error
 }
 
 // extraction reports whether the run extracts hidden states.

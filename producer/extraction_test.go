@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -142,5 +143,28 @@ func TestExtractionReadsASavedDataset(t *testing.T) {
 	_, err = Run(ctxFor(t), e.js, cfg)
 	if err == nil || !strings.Contains(err.Error(), "bad:2: idx 1:") || !strings.Contains(err.Error(), "beyond the vocabulary") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// The largest token id is put to the server before anything is queued;
+// a refusal names the sample that holds it.
+func TestExtractionChecksTheLargestID(t *testing.T) {
+	e := setup(t)
+	cfg := e.extractionConfig(e.file(t, "rows.jsonl", []string{
+		`{"input_ids":[1,2,3],"loss_mask":[0,1,1]}`,
+		`{"input_ids":[4,700,5],"loss_mask":[0,1,1]}`,
+		`{"input_ids":[6],"loss_mask":[1]}`,
+	}))
+	var asked int64 = -1
+	cfg.CheckTokenIDs = func(_ context.Context, maxID int64) error {
+		asked = maxID
+		return errors.New("Token id 700 is out of vocabulary")
+	}
+	_, err := Run(ctxFor(t), e.js, cfg)
+	if asked != 700 || err == nil || !strings.Contains(err.Error(), "line 2 (idx 1)") || !strings.Contains(err.Error(), "out of vocabulary") {
+		t.Fatalf("asked about %d: %v", asked, err)
+	}
+	if n := storedPrompts(t, e.js); n != 0 {
+		t.Errorf("%d messages queued", n)
 	}
 }

@@ -101,6 +101,11 @@ func Run(ctx context.Context, js jetstream.JetStream, cfg Config) (*Report, erro
 		return rep, err
 	}
 
+	if cfg.extraction() && cfg.CheckTokenIDs != nil {
+		if err := cfg.CheckTokenIDs(ctx, sc.maxID); err != nil {
+			return rep, fmt.Errorf("produce run %s: %s of %s holds token id %d: %w; nothing was queued", cfg.Run, sc.maxIDAt, cfg.PromptsFile, sc.maxID, err)
+		}
+	}
 	if err := provision.Streams(ctx, js, cfg.Provision); err != nil {
 		return rep, fmt.Errorf("produce run %s: %w", cfg.Run, err)
 	}

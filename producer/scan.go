@@ -46,8 +46,11 @@ type scan struct {
 	// turns sums the turns of the valid prompts: schema.TurnSlots of each
 	// with --turns all, one each otherwise.
 	turns int
-	// tokens sums the input tokens of the valid extraction samples.
-	tokens int64
+	// tokens sums the input tokens of the valid extraction samples;
+	// maxID is their largest token id, first found at maxIDAt.
+	tokens  int64
+	maxID   int64
+	maxIDAt string
 }
 
 // scanFile is the validation pass: it reads every record, checks it,
@@ -162,6 +165,11 @@ func (sc *scan) check(cfg Config, source string, rec dataset.Record, limit int64
 	}
 	if !entry.rejected {
 		sc.tokens += int64(len(l.InputIDs))
+		for _, id := range l.InputIDs {
+			if id > sc.maxID || sc.maxIDAt == "" {
+				sc.maxID, sc.maxIDAt = id, fmt.Sprintf("%s %d (idx %s)", sc.unit, line, l.ID)
+			}
+		}
 		if cfg.turnsAll() {
 			sc.turns += schema.TurnSlots(l.Messages)
 		} else {
