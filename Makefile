@@ -197,10 +197,13 @@ clean:
 # the middle of conversations), whose lines are also checked turn by
 # turn, with no stored turn generated again nor left behind, and a run of
 # two runs served by the same workers (--runs) whose priority and weight
-# change while both run, each run checked the same way. chaos-short
-# (about 600 prompts, 150 conversations and 600 + 300 prompts side by
-# side, a minute or two) is the CI run; chaos (about 5,000 prompts, 2,500
-# conversations, 5,000 + 2,500 prompts) takes about ten minutes. Both also run a three-node cluster of aerie
+# change while both run, each run checked the same way, and a
+# hidden-states run (--task hidden-states, 5% of the server's files bad)
+# whose output is read as its trainer will. chaos-short
+# (about 600 prompts, 150 conversations, 600 + 300 prompts side by side
+# and 400 samples, a minute or two) is the CI run; chaos (about 5,000
+# prompts, 2,500 conversations, 5,000 + 2,500 prompts and 2,000 samples)
+# takes about ten minutes. Both also run a three-node cluster of aerie
 # server processes (each node, worker and the aggregator in a network
 # namespace of its own when run as root) through a leader kill, a worker
 # cut off past AckWait and a node rebuilt from an empty store: 900
@@ -210,10 +213,10 @@ clean:
 .PHONY: chaos chaos-short
 
 chaos:
-	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared|Samples)?|TestCluster)$$' ./internal/chaos/
+	AERIE_CHAOS=1 $(GO) test -count=1 -v -timeout 45m -run '^(TestChaos(Turns|Shared|Samples|HiddenStates)?|TestCluster)$$' ./internal/chaos/
 
 chaos-short:
-	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples)?|TestClusterShort)$$' ./internal/chaos/
+	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples|HiddenStates)?|TestClusterShort)$$' ./internal/chaos/
 
 # The upgrade tests (internal/upgrade/): real binaries of three builds,
 # the release before feature checks (built from a git worktree of its

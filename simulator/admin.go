@@ -75,6 +75,11 @@ func (s *Server) report() faultReport {
 	for k := faultNone + 1; k < numFaultKinds; k++ {
 		injected[faultLabels[k]] = s.counts[k].Load()
 	}
+	for k := fileMissing; k <= fileSlowLock; k++ {
+		if n := s.files.injected[k].Load(); n > 0 || s.cfg.HiddenStatesPath != "" {
+			injected[fileFaultLabels[k]] = n
+		}
+	}
 	return faultReport{
 		Model:          s.model.get(),
 		APIKeyRequired: s.apiKey.get() != "",

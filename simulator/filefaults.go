@@ -3,6 +3,7 @@ package simulator
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,7 +70,12 @@ type fileFaulter struct {
 	faults FileFaults
 	mu     sync.Mutex
 	seen   map[uint64]uint64
+	// injected counts the faults drawn, by kind.
+	injected [fileSlowLock + 1]atomic.Int64
 }
+
+// fileFaultLabels name the file faults in the admin report.
+var fileFaultLabels = [...]string{fileMissing: "hs_missing", fileCut: "hs_cut", fileNaN: "hs_nan", fileOtherTokens: "hs_other_tokens", fileSlowLock: "hs_slow_lock"}
 
 // draw counts a request of prompt hash h and returns its fault and a
 // uniform draw for where it strikes.
@@ -86,6 +92,7 @@ func (f *fileFaulter) draw(h uint64) (fileFault, float64) {
 	for k, r := range f.faults.rates() {
 		edge += r
 		if k > 0 && u < edge {
+			f.injected[k].Add(1)
 			return fileFault(k), unitFrom(mix64(x ^ 0x2545F4914F6CDD1D))
 		}
 	}

@@ -246,15 +246,18 @@ func (q *requester) extract(ctx context.Context, l *lane, ids []int64) (*openai.
 // the attempt timed out) may still have its file written by the server,
 // at a path no one learns. Such orphans are removed by a sweep of the
 // server's directory: a file, with its lock, that no writer holds and
-// that has not changed for orphanAge, far longer than any attempt
-// waits on a file, is no attempt's.
+// that has not changed for orphanAge is no attempt's, since an attempt
+// publishes its file within moments of the lock's release. A sweep can
+// never publish a wrong file: a file it removed under an attempt that
+// had opened it is either copied whole from the open file, or found
+// gone when it is linked, and the attempt tried again.
 
 // orphanAge is how long a server's file must have stood unchanged and
 // unlocked before the sweep takes it for an orphan.
-const orphanAge = 10 * time.Minute
+const orphanAge = time.Minute
 
 // sweepEvery is how often the server's directory is swept.
-const sweepEvery = time.Minute
+const sweepEvery = 20 * time.Second
 
 // sweepOrphans sweeps the server's directory every sweepEvery until ctx
 // ends.

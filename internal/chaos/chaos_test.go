@@ -91,6 +91,31 @@ func TestChaosShortShared(t *testing.T) {
 	runChaos(t, chaos.ShortShared())
 }
 
+// TestChaosShortHiddenStates is the CI run of hidden-state extraction:
+// 400 samples, 5% of the server's files bad, one kill of each kind.
+// Every sample must end once, its file verified and named by its
+// result, and hidden_states/ hold nothing else.
+func TestChaosShortHiddenStates(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") == "0" {
+		t.Skip("AERIE_CHAOS=0")
+	}
+	t.Parallel()
+	runChaos(t, chaos.ShortHiddenStates())
+}
+
+// TestChaosHiddenStates is the full run of hidden-state extraction:
+// 2,000 samples, 5% bad files, a worker killed every few seconds, two
+// aggregator kills and a NATS restart. Opt-in, like TestChaos.
+func TestChaosHiddenStates(t *testing.T) {
+	if os.Getenv("AERIE_CHAOS") != "1" {
+		t.Skip("set AERIE_CHAOS=1 (or run `make chaos`) for the 2,000-sample extraction chaos run")
+	}
+	if testing.Short() {
+		t.Skip("the 2,000-sample extraction chaos run is not short; see TestChaosShortHiddenStates")
+	}
+	runChaos(t, chaos.LongHiddenStates())
+}
+
 // TestChaosShared is the full run of two runs on one fleet: Long with a
 // second run of 2,500 prompts whose schedule changes six times. Opt-in,
 // like TestChaos.
@@ -216,6 +241,14 @@ func runChaos(t *testing.T, cfg chaos.Config) {
 		t.Errorf("seed %d: the requests sent for stored turns were not checked (see the log)", cfg.Seed)
 	} else if len(q.Regenerated) > 0 {
 		t.Errorf("seed %d: %d requests asked for a turn already stored or a prompt already answered", cfg.Seed, len(q.Regenerated))
+	}
+	if cfg.HiddenStates {
+		switch hs := rep.HiddenStates; {
+		case hs == nil:
+			t.Errorf("seed %d: the hidden-states output was not checked (see the log)", cfg.Seed)
+		case !hs.OK():
+			t.Errorf("seed %d: the hidden-states output is not whole: %s", cfg.Seed, hs)
+		}
 	}
 	if rep.Kills.Refused != rep.Kills.SecondAggregators {
 		t.Errorf("seed %d: %d second aggregators started, %d gave up", cfg.Seed, rep.Kills.SecondAggregators, rep.Kills.Refused)

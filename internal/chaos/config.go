@@ -53,6 +53,16 @@ type Config struct {
 	// are not traced for regeneration: the samples of a prompt share its
 	// messages.
 	Samples int
+	// HiddenStates makes the run a hidden-states one (--task
+	// hidden-states): gen-prompts writes samples of token ids, the
+	// simulator extracts them into a directory of its own with
+	// FileFaultRate of its files bad (missing, cut, a NaN or other token
+	// ids, in equal shares), and the check also reads the output as the
+	// trainer will (hscheck) and looks for files left in the simulator's
+	// directory. HiddenSize is the files' hidden size.
+	HiddenStates  bool
+	HiddenSize    int
+	FileFaultRate float64
 	// Workers is how many workers run at once; each one killed is
 	// replaced by a new one with a new name.
 	Workers int
@@ -190,6 +200,27 @@ func ShortSamples() Config {
 	c.Run = "chaos-short-samples"
 	c.Prompts = 250
 	c.Samples = 3
+	return c
+}
+
+// ShortHiddenStates is the CI run of hidden-state extraction: 400
+// samples, 5% of the server's files bad, one kill of each kind.
+func ShortHiddenStates() Config {
+	c := Short()
+	c.Run = "chaos-short-hs"
+	c.Prompts = 400
+	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
+	return c
+}
+
+// LongHiddenStates is the full run of hidden-state extraction: 2,000
+// samples, 5% of the server's files bad, a worker killed every few
+// seconds, the aggregator killed twice and the NATS server once.
+func LongHiddenStates() Config {
+	c := Long()
+	c.Run = "chaos-hs"
+	c.Prompts = 2000
+	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
 	return c
 }
 

@@ -5,6 +5,13 @@
 // prompt ends in exactly one of completions.jsonl and failed.jsonl, never
 // twice, never missing.
 //
+// With Config.HiddenStates the run extracts hidden states: the samples
+// are rows of token ids, the simulator writes one file per request and
+// spoils a share of them (missing, cut, a NaN, other token ids), and
+// the check also reads the output as the trainer will (hscheck): one
+// verified file per sample, named by its result with its checksum, the
+// dataset's rows in idx order, nothing else in hidden_states/.
+//
 // With Config.Turns above 1 the prompts are conversations generated with
 // --turns all, every assistant turn in order, each stored before the
 // next; the check then also reads every line turn by turn against its
@@ -34,10 +41,12 @@
 // The tests of this package are the suite: TestChaosShort (about 600
 // prompts, one kill of each kind), TestChaosShortTurns (about 150
 // conversations) and TestChaosShortSamples (250 prompts of 3 samples,
-// each prompt's samples in one request) run with `go test ./...`; TestChaos (about 5,000
+// each prompt's samples in one request) and TestChaosShortHiddenStates
+// (400 samples) run with `go test ./...`; TestChaos (about 5,000
 // prompts, a worker killed every few seconds), TestChaosTurns (about
-// 2,500 conversations) and TestChaosSamples (1,700 prompts of 3
-// samples) only with AERIE_CHAOS=1; TestClusterShort (600
+// 2,500 conversations), TestChaosSamples (1,700 prompts of 3
+// samples) and TestChaosHiddenStates (2,000 samples) only with
+// AERIE_CHAOS=1; TestClusterShort (600
 // prompts) always, TestCluster (3,000) only with AERIE_CHAOS=1. See
 // `make chaos` and `make chaos-short`, and chaos_test.go and
 // cluster_test.go for the environment variables that tune a run.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/hscheck"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -305,6 +306,9 @@ func (h *Harness) check(ctx context.Context, rep *Report, input []inputPrompt, f
 			}
 		}
 		rep.Requests = h.checkRequests(ctx, input)
+		if h.cfg.HiddenStates {
+			h.checkHiddenStates(rep, out)
+		}
 	}
 	if h.cfg.turnsAll() {
 		rep.ConcurrentTurns = concurrentTurns(h.logs)
@@ -399,4 +403,27 @@ func describe(ps []*process) string {
 		names[i] = p.name
 	}
 	return strings.Join(names, " ")
+}
+
+// checkHiddenStates reads a hidden-states run's output as its trainer
+// will (hscheck) into rep, and counts the files the simulator's
+// directory still holds.
+func (h *Harness) checkHiddenStates(rep *Report, out string) {
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err == nil {
+		var m *schema.Manifest
+		if m, err = schema.DecodeManifest(b); err == nil {
+			rep.HiddenStates, err = hscheck.Check(m, out, filepath.Join(out, aggregator.CompletionsFile), filepath.Join(out, aggregator.FailedFile))
+		}
+	}
+	if err != nil {
+		h.log("cannot check the hidden-states output: %v", err)
+		return
+	}
+	entries, _ := os.ReadDir(h.simFiles())
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".safetensors" {
+			rep.ServerFilesLeft++
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/aerie-dev/aerie/hscheck"
 )
 
 // Report is what a run did and what came out of it.
@@ -28,6 +30,13 @@ type Report struct {
 	// Outcome is the check of the output files; nil if the run did not
 	// get that far. SharedOutcome is the shared run's (Config.Shared).
 	Outcome, SharedOutcome *Outcome
+	// HiddenStates is a hidden-states run's output read as its trainer
+	// will (Config.HiddenStates), nil otherwise or before the end;
+	// ServerFilesLeft counts the files the simulator's directory still
+	// holds then: attempts abandoned within the workers' orphan age
+	// (killed workers' among them), not yet swept.
+	HiddenStates    *hscheck.Report
+	ServerFilesLeft int
 	// DeadLettersChecked is set when every id of failed.jsonl was looked
 	// up in AERIE_DEAD (Outcome.Unreplayable).
 	DeadLettersChecked bool
@@ -132,6 +141,11 @@ func (r *Report) String() string {
 			}
 			line("turns raced", "%d finished by a delivery after another one running beside it had stored them", r.ConcurrentTurns)
 		}
+	}
+	if hs := r.HiddenStates; hs != nil {
+		line("hidden states", "%d rows, %d files verified against their results, %d failed; %d missing, %d differ, %d extra in hidden_states/, %d rows mismatched, %d unaccounted%s",
+			hs.Rows, hs.Files, hs.Failed, hs.Missing, hs.Differs, hs.Extra, hs.RowMismatch, hs.Unaccounted, sample(hs.Problems))
+		line("server files", "%d left in the simulator's directory (abandoned attempts younger than the orphan age)", r.ServerFilesLeft)
 	}
 	if q := r.Requests; q != nil {
 		line("requests", "%d chat requests sent, %d traced to one turn of one prompt, %d of them for a turn asked for before (kills, faults, restarts)",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -22,12 +24,18 @@ func (h *Harness) genPrompts(name, file string, n int, seed int64) ([]inputPromp
 	if h.cfg.turnsAll() {
 		args = append(args, "--turns", strconv.Itoa(h.cfg.Turns))
 	}
+	if h.cfg.HiddenStates {
+		args = append(args, "--task", "hidden-states", "--vocab-size", strconv.Itoa(vocabSize))
+	}
 	p, err := h.start(name, args...)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.wait(2 * time.Minute); err != nil {
 		return nil, fmt.Errorf("gen-prompts: %w\n%s", err, p.tail(20))
+	}
+	if h.cfg.HiddenStates {
+		return readSamples(file)
 	}
 	input, err := readInput(file, h.cfg.turnsAll())
 	return withSamples(input, h.cfg.Samples), err
@@ -53,6 +61,9 @@ func (h *Harness) produceRun(name, run, file string, n int) error {
 	}
 	if h.cfg.Samples > 1 {
 		args = append(args, "--samples", strconv.Itoa(h.cfg.Samples))
+	}
+	if h.cfg.HiddenStates {
+		args = append(args, "--task", "hidden-states", "--layer-ids", layerIDs, "--hidden-size", strconv.Itoa(h.cfg.HiddenSize))
 	}
 	p, err := h.start(name, args...)
 	if err != nil {
@@ -105,12 +116,22 @@ func (h *Harness) startServer(ctx context.Context) error {
 func (h *Harness) startSim(ctx context.Context) error {
 	c := h.cfg
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	p, err := h.start("sim", "sim", "--listen", h.simAddr, "--speed", f(c.Speed),
+	args := []string{"sim", "--listen", h.simAddr, "--speed", f(c.Speed),
 		"--output-median", strconv.Itoa(c.OutputMedian), "--output-sigma", f(c.OutputSigma),
 		"--max-num-seqs", strconv.Itoa(c.MaxNumSeqs), "--seed", strconv.FormatInt(c.Seed, 10),
 		"--fault-400", f(c.Rate400), "--fault-429", f(c.Rate429), "--fault-500", f(c.Rate500), "--fault-503", f(c.Rate503),
 		"--fault-hang", f(c.HangRate), "--fault-disconnect", f(c.DisconnectRate), "--fault-stream-error", f(c.StreamErrorRate),
-		"--api-key", h.apiKey)
+		"--api-key", h.apiKey}
+	if c.HiddenStates {
+		if err := os.MkdirAll(h.simFiles(), 0o755); err != nil {
+			return err
+		}
+		each := f(c.FileFaultRate / 4)
+		args = append(args, "--hidden-states-path", h.simFiles(), "--hidden-layer-ids", layerIDs,
+			"--hidden-size", strconv.Itoa(c.HiddenSize), "--vocab-size", strconv.Itoa(vocabSize),
+			"--fault-hs-missing", each, "--fault-hs-cut", each, "--fault-hs-nan", each, "--fault-hs-other-tokens", each)
+	}
+	p, err := h.start("sim", args...)
 	if err != nil {
 		return err
 	}
@@ -139,7 +160,7 @@ func (h *Harness) startWorker() error {
 	p, err := h.start(name, append(append([]string{"work", "--nats", h.NATSURL()}, runs...),
 		"--backend", backend, "--window", strconv.Itoa(window), "--name", name,
 		"--grace", "2s", "--first-token-timeout", h.cfg.StallTimeout.String(), "--idle-timeout", h.cfg.StallTimeout.String(),
-		"--api-key-file", h.keyFile)...)
+		"--api-key-file", h.keyFile, "--data-dir", h.data)...)
 	if err != nil {
 		return err
 	}
@@ -219,3 +240,14 @@ func waitTCP(ctx context.Context, addr string, p *process, timeout time.Duration
 		}
 	}
 }
+
+// A hidden-states run's samples have token ids below vocabSize and files
+// of the layers layerIDs.
+const (
+	vocabSize = 1000
+	layerIDs  = "2,30,58,61"
+)
+
+// simFiles is the directory the simulator writes its hidden-states
+// files to.
+func (h *Harness) simFiles() string { return filepath.Join(h.cfg.Dir, "sim-hidden-states") }

@@ -354,3 +354,27 @@ func completedTurns(l outputLine, in []schema.Message) string {
 	}
 	return ""
 }
+
+// readSamples reads a hidden-states run's samples file the way produce
+// does: each sample's id is its idx.
+func readSamples(path string) ([]inputPrompt, error) {
+	rd, err := dataset.Open(path, dataset.ParseOptions{Task: schema.TaskHiddenStates})
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var input []inputPrompt
+	for {
+		rec, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return input, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if rec.Err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, rec.N, rec.Err)
+		}
+		input = append(input, inputPrompt{ID: rec.Line.ID})
+	}
+}
