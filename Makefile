@@ -163,6 +163,7 @@ bench: $(BENCH_EXPORT_DIR)/completions.jsonl natscli
 	$(GO) test -run '^$$' -bench '^BenchmarkCPUPerPrompt$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	$(GO) test -run '^$$' -bench '^BenchmarkBrokerFloor$$' -benchtime $(BENCHN)x -timeout 30m ./cmd/aerie/
 	$(GO) test -run '^$$' -bench '^BenchmarkMillion$$' -benchtime 1x -timeout 60m ./aggregator/
+	$(GO) test -run '^$$' -bench '^(BenchmarkVerify|BenchmarkPublish|BenchmarkPublishBySize)$$' -benchtime 5x -timeout 10m ./hiddenstates/
 	AERIE_RSS_PRODUCE=1000000 $(GO) test -count=1 -v -run '^TestProducePeakRSS$$' -timeout 30m ./cmd/aerie/
 	AERIE_BENCH_EXPORT_DIR=$(BENCH_EXPORT_DIR) $(GO) test -run '^$$' -bench '^BenchmarkExport$$' -benchtime $(BENCHN)x -timeout 20m ./export/
 

@@ -224,3 +224,28 @@ func TestExtractionWaitsForRoom(t *testing.T) {
 		}
 	}
 }
+
+// Two workers writing to one disk, each beside a server of its own,
+// publish each sample once: every file is named by its result.
+func TestExtractionTwoWorkersOneDisk(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "out")
+	m, ps := extractionRun(120, out)
+	m.Policy.MaxAttempts = 20
+	b := setupPrompts(t, m, ps, provision.Options{MaxDeliver: 30})
+	faults := simulator.FileFaults{Cut: 0.05, NaN: 0.05}
+	url1, dir1 := extractionSim(t, faults)
+	url2, dir2 := extractionSim(t, faults)
+	cfg := worker.Config{Window: 6, RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond, BreakerThreshold: 1000}
+	w1, _ := b.start(t, cfg, url1)
+	w2, _ := b.start(t, cfg, url2)
+	b.waitSettled(t, 60*time.Second)
+	waitCounted(t, int64(len(ps)), w1, w2)
+	checkExtracted(t, b, ps, out, dir1)
+	if left, _ := os.ReadDir(dir2); len(left) != 0 {
+		t.Errorf("%d files left in the second server's directory", len(left))
+	}
+	if w1.Stats().Completed == 0 || w2.Stats().Completed == 0 {
+		t.Errorf("one worker did all the work: %d and %d", w1.Stats().Completed, w2.Stats().Completed)
+	}
+}
