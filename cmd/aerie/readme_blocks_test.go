@@ -39,7 +39,7 @@ var readmeTestedSections = []string{
 // they appear in the README.
 var readmeBlockNames = []string{
 	"auth-init", "tls", "client-env", "doctor", "run", "one-machine", "cluster",
-	"status", "nats-context", "nats-inspect", "inspect-commands", "export", "eagle3", "replay",
+	"status", "nats-context", "nats-inspect", "inspect-commands", "export", "eagle3", "extract", "replay",
 }
 
 // parseREADMEBlocks returns every fenced block of a README in order.

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aerie-dev/aerie/hscheck"
+	"github.com/aerie-dev/aerie/schema"
 )
 
 // standIn is what a README command names on real hosts and what stands
@@ -548,4 +551,79 @@ func TestREADMEOneMachine(t *testing.T) {
 			t.Errorf("%s ended before it was stopped: %v\n%s", d.name, d.err, d.tail(20))
 		}
 	}
+}
+
+// The README's extraction block, as written, in a network namespace of
+// its own: a server, a simulator that extracts, 500 generated samples,
+// produce with its checks against the server, a worker and the
+// aggregator, which must exit once every sample's file is published
+// once and the dataset is written beside them.
+func TestREADMEExtraction(t *testing.T) {
+	bin := buildAerie(t)
+	b, ok := readREADMEBlocks(t)["extract"]
+	if !ok {
+		t.Fatal(`README.md has no block "extract"`)
+	}
+	dir := t.TempDir()
+	ns := newNetns(t, "hs", []string{
+		"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + dir, "AERIE_LOG_LEVEL=info",
+	})
+	if err := os.MkdirAll(filepath.Join(dir, "data", "vllm-hidden-states"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmds := shellCommands(b.text)
+	if len(cmds) != 6 {
+		t.Fatalf("the extract block has %d commands, the test runs 6 (server, sim, gen-prompts, produce, work, aggregate): %q", len(cmds), cmds)
+	}
+	var started []*daemon
+	for i, c := range cmds {
+		word := strings.Fields(c)[1]
+		switch word {
+		case "server", "sim", "work":
+			d := ns.start(t, word, dir, "exec "+c)
+			started = append(started, d)
+			if addr := map[string]string{"server": "4222", "sim": "8000"}[word]; addr != "" {
+				waitFor(t, c, 30*time.Second, func() error {
+					if d.exited() {
+						return fmt.Errorf("exited: %v", d.err)
+					}
+					_, err := ns.run(dir, "exec 3<>/dev/tcp/127.0.0.1/"+addr, 5*time.Second)
+					return err
+				}, d)
+			}
+		case "aggregate":
+			ns.start(t, word, dir, "exec "+c).wait(t, 5*time.Minute)
+		default:
+			if out, err := ns.run(dir, c, 2*time.Minute); err != nil {
+				t.Fatalf("command %d, %s: %v\n%s", i+1, c, err, out)
+			}
+		}
+	}
+	out := filepath.Join(dir, "data", "hs-dev")
+	m, err := schema.DecodeManifest(mustReadFile(t, filepath.Join(out, "manifest.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := hscheck.Check(m, out, filepath.Join(out, "completions.jsonl"), filepath.Join(out, "failed.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Files != 500 || rep.Rows != 500 {
+		t.Errorf("output: %s", rep)
+	}
+	for _, d := range started {
+		if d.exited() {
+			t.Errorf("%s ended before it was stopped: %v\n%s", d.name, d.err, d.tail(20))
+		}
+	}
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -204,12 +204,16 @@ func ShortSamples() Config {
 }
 
 // ShortHiddenStates is the CI run of hidden-state extraction: 400
-// samples, 5% of the server's files bad, one kill of each kind.
+// samples, 5% of the server's files bad, one kill of each kind, a
+// sample failed after two bad files and replayed once the run is done.
 func ShortHiddenStates() Config {
 	c := Short()
 	c.Run = "chaos-short-hs"
 	c.Prompts = 400
 	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
+	// Two bad files in a row fail a sample, so that some are
+	// dead-lettered and replayed once the run is done.
+	c.MaxAttempts = 2
 	return c
 }
 
@@ -221,6 +225,7 @@ func LongHiddenStates() Config {
 	c.Run = "chaos-hs"
 	c.Prompts = 2000
 	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
+	c.MaxAttempts = 2
 	return c
 }
 
