@@ -124,6 +124,7 @@ ETA_PROMPTS ?= 25000
 
 eta-study:
 	AERIE_ETA_STUDY=1 AERIE_ETA_SEEDS=$(ETA_SEEDS) AERIE_ETA_PROMPTS=$(ETA_PROMPTS) $(GO) test -count=1 -v -timeout 60m -run '^(TestETAStudy|TestETAHeavyTails)$$' ./throughput/
+	AERIE_ETA_STUDY=1 $(GO) test -count=1 -v -timeout 30m -run '^TestExtractionETA$$' ./pipeline/
 
 # The pipeline benchmarks print, from one run, aerie's zero-latency
 # prompts/s against a plain client's on the same server (aerie/plain) and

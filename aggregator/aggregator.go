@@ -102,6 +102,10 @@ type Aggregator struct {
 	// token takes in its file, and the run's files in all; zero for
 	// other runs.
 	bytesPerToken, bytesTotal int64
+	// tokensTotal is a hidden-states run's input tokens, and pace its
+	// progress through them (see extractionETA); used by the event loop.
+	tokensTotal int64
+	pace        tokenPace
 	// datasetFor is the completions and failures a hidden-states run's
 	// dataset was last written for (see finishOutput); used by the event
 	// loop only.
@@ -335,7 +339,7 @@ func (a *Aggregator) open(m *schema.Manifest) error {
 	a.total = m.Total
 	a.turnsAll = m.TurnsMode() == schema.TurnsAll
 	if x := m.Extraction; x != nil {
-		a.bytesPerToken, a.bytesTotal = x.BytesPerToken(), x.Bytes()
+		a.bytesPerToken, a.bytesTotal, a.tokensTotal = x.BytesPerToken(), x.Bytes(), x.Tokens
 	}
 	a.est = throughput.New(throughput.Config{
 		Run: a.cfg.Run, Total: m.Total, Requests: m.Requests(), ReportTurns: a.turnsAll,

@@ -38,6 +38,7 @@ func (a *Aggregator) snapshotNow(now time.Time) schema.Throughput {
 		s.HiddenStatesBytes = int64(s.MeanCompletionTokens*float64(s.Completed)+0.5) * a.bytesPerToken
 		s.HiddenStatesBytesTotal = a.bytesTotal
 		s.HiddenStatesBytesPerSec = s.TokensPerSec * float64(a.bytesPerToken)
+		a.extractionETA(&s, now)
 	}
 	return s
 }

@@ -17,6 +17,11 @@ import (
 
 // samplesFile writes n extraction samples of token ids below vocab.
 func samplesFile(t testing.TB, n, vocab int) string {
+	return samplesFileSeed(t, n, vocab, 3)
+}
+
+// samplesFileSeed is samplesFile with the samples of seed.
+func samplesFileSeed(t testing.TB, n, vocab int, seed int64) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "samples.jsonl")
 	f, err := os.Create(path)
@@ -24,7 +29,7 @@ func samplesFile(t testing.TB, n, vocab int) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := simulator.WriteSamples(f, n, 3, vocab); err != nil {
+	if err := simulator.WriteSamples(f, n, seed, vocab); err != nil {
 		t.Fatal(err)
 	}
 	return path

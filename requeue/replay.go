@@ -177,7 +177,7 @@ func (r *Requeuer) replayOne(ctx context.Context, cfg ReplayConfig, wanted map[s
 		rep.NotSelected++
 		return nil
 	}
-	if d.ID == "" || len(d.Messages) == 0 {
+	if d.ID == "" || (len(d.Messages) == 0 && len(d.InputIDs) == 0) {
 		rep.Unreplayable++
 		rep.problem(fmt.Sprintf("%s (id %q, reason %s): holds no prompt to send again: the prompt message could not be decoded; its raw bytes are in the dead letter's body", s.subject, d.ID, d.Reason))
 		return nil

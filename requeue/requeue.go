@@ -130,8 +130,8 @@ func (r *Requeuer) check(p *schema.Prompt) error {
 		return errors.New("requeue: the prompt has no id: its subject cannot be found")
 	case p.Sample < 0:
 		return fmt.Errorf("requeue: prompt %q has sample %d: samples count from 0", p.ID, p.Sample)
-	case len(p.Messages) == 0:
-		return fmt.Errorf("requeue: prompt %q has no messages: there is nothing to send; produce it again from its input line", p.ID)
+	case len(p.Messages) == 0 && len(p.InputIDs) == 0:
+		return fmt.Errorf("requeue: prompt %q has no messages nor input ids: there is nothing to send; produce it again from its input line", p.ID)
 	case p.Run != "" && p.Run != r.run:
 		return fmt.Errorf("requeue: prompt %q belongs to run %s, not %s", p.ID, p.Run, r.run)
 	}

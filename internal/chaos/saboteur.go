@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -110,10 +112,12 @@ func (h *Harness) conduct(ctx context.Context) error {
 			err = h.replay()
 		case h.aggregatorSettled() && due(&secondAt, share):
 			err = h.startSecondAggregator()
-		case h.keyDue.IsZero() && time.Since(h.lastStart) >= settle && due(&rotateAt, share):
+		case h.keyDue.IsZero() && time.Since(h.lastStart) >= settle && h.workersStarted() && due(&rotateAt, share):
 			// Not while a worker just started may still be checking
-			// the backend with the old key: it would be refused and
-			// exit, as it should, but not for what the run is about.
+			// the backend with the old key (its preflight, which for a
+			// hidden-states run extracts and verifies a probe, then its
+			// own look at the model): it would be refused and exit, as
+			// it should, but not for what the run is about.
 			err = h.rotateKey()
 		case c.Shared != "" && due(&scheduleAt, share):
 			err = h.changeSchedule()
@@ -326,4 +330,19 @@ func (h *Harness) replay() error {
 	h.kills.Replays++
 	h.log("%s at %s: %s", p.name, &h.progress, strings.Join(strings.Fields(p.tail(6)), " "))
 	return nil
+}
+
+// workersStarted reports whether every live worker has logged its start,
+// past its preflight and its check of the backend.
+func (h *Harness) workersStarted() bool {
+	for _, w := range h.workers {
+		if w.exited() {
+			continue
+		}
+		b, err := os.ReadFile(w.logPath)
+		if err != nil || !bytes.Contains(b, []byte(`msg="worker started"`)) {
+			return false
+		}
+	}
+	return true
 }
