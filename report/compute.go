@@ -96,6 +96,9 @@ func (r *Report) compute(c *completions, f *failures, evs []event, extra []Setti
 	}
 	reasonOrder(c)
 	r.Summary = summary(c, f, evs, tl, total)
+	if r.Manifest != nil && r.Manifest.Extraction != nil {
+		r.Summary = append(r.Summary, extractionSummary(r.Manifest.Extraction, c, tl)...)
+	}
 	r.Params = params(r.Manifest, extra)
 	r.Charts = []Chart{
 		throughputChart(ChartRequests, "Completions per second", "requests/s", evs, tl, func(e event) float64 { return e.requestsPerSec }),
@@ -438,4 +441,32 @@ func etaChart(evs []event, tl timeline, done bool) Chart {
 		caption = "Each throughput event's ETA; the run is not finished, so the actual remaining time is not known yet."
 	}
 	return Chart{ID: ChartETA, Title: title, SVG: ch.render(), Caption: caption}
+}
+
+// extractionSummary is what the report adds for a hidden-states run x:
+// its samples' tokens are input tokens read (the "prompt" tokens above),
+// and its files' size is those tokens at x's bytes a token.
+func extractionSummary(x *schema.Extraction, c *completions, tl timeline) []Setting {
+	written := c.promptTokens * x.BytesPerToken()
+	s := []Setting{{"hidden states", fmt.Sprintf("%s input tokens read, %s of %s written (%d layers %v x hidden %d, %s: %s a token); the files are hidden_states/hs_<idx>.safetensors beside the run's dataset",
+		thousands(c.promptTokens), byteSize(written), byteSize(x.Bytes()), len(x.LayerIDs), x.LayerIDs, x.HiddenSize, x.DType, byteSize(x.BytesPerToken()))}}
+	if wall := tl.wall(); wall > 0 {
+		s = append(s, Setting{"extraction rate", fmt.Sprintf("%s input tokens/s, %s/s of hidden states (over the wall time)",
+			rounded(float64(c.promptTokens)/wall.Seconds()), byteSize(int64(float64(written)/wall.Seconds())))})
+	}
+	return s
+}
+
+// byteSize is n bytes in the largest binary unit under it.
+func byteSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
