@@ -171,7 +171,15 @@ type Config struct {
 	// the file system of a directory; nil means the file system's own
 	// figure (statfs). Tests give their own.
 	DiskFree func(dir string) (int64, error)
+	// DiskReserve is the room a worker keeps free on those disks beyond
+	// the next sample's file; zero means DefaultDiskReserve.
+	DiskReserve int64
 }
+
+// DefaultDiskReserve is Config.DiskReserve's default: a disk filled to
+// its last byte breaks every other writer on it (the server's logs, the
+// NATS store).
+const DefaultDiskReserve = 1 << 30
 
 // DefaultDataDir is Config.DataDir's default: the aggregator's.
 const DefaultDataDir = "/data"
@@ -234,6 +242,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DiskFree == nil {
 		c.DiskFree = diskFree
+	}
+	if c.DiskReserve == 0 {
+		c.DiskReserve = DefaultDiskReserve
 	}
 	return c
 }

@@ -16,12 +16,8 @@ import (
 // named it) have room for it and diskReserve more; while they have not,
 // it holds the sample (its delivery stays in progress, no attempt is
 // spent), pulls nothing, says so in its log, its heartbeats (status) and
-// aerie_worker_disk_full, and goes on by itself once there is room.
-
-// diskReserve is the room kept free beyond a sample's file: a disk filled
-// to its last byte breaks every other writer on it (the server's logs,
-// the NATS store).
-const diskReserve = 1 << 30
+// aerie_worker_disk_full, and goes on by itself once there is room. The
+// room kept free beyond the file is Config.DiskReserve.
 
 // diskPoll is how often a full disk is looked at again.
 const diskPoll = 2 * time.Second
@@ -32,9 +28,11 @@ const diskFullLogEvery = 30 * time.Second
 // diskRoom is the worker's view of the room on its hidden-states disks.
 // The zero value is not usable: New makes it.
 type diskRoom struct {
-	free   func(dir string) (int64, error)
-	log    *slog.Logger
-	onRoom func()
+	free func(dir string) (int64, error)
+	// reserve is kept free beyond a sample's file (Config.DiskReserve).
+	reserve int64
+	log     *slog.Logger
+	onRoom  func()
 
 	mu     sync.Mutex
 	full   string // why there is no room; "" while there is
@@ -51,9 +49,9 @@ func (r *diskRoom) wait(ctx context.Context, l *lane, dirs []string, need int64)
 		short := ""
 		for _, dir := range dirs {
 			free, err := r.free(dir)
-			if err == nil && free < need+diskReserve {
+			if err == nil && free < need+r.reserve {
 				short = fmt.Sprintf("disk full: %s has %s free, and a sample of run %s needs %s (and %s kept free): free space there, or produce the run with --out on a larger disk; the worker resumes by itself",
-					dir, formatBytes(free), l.run, formatBytes(need), formatBytes(diskReserve))
+					dir, formatBytes(free), l.run, formatBytes(need), formatBytes(r.reserve))
 				break
 			}
 		}
