@@ -95,19 +95,32 @@ func (r *Report) compute(c *completions, f *failures, evs []event, extra []Setti
 		r.Notes = append(r.Notes, "the run is not finished: counts and charts cover what is written so far, and the ETA cannot be compared with the truth yet")
 	}
 	reasonOrder(c)
-	r.Summary = summary(c, f, evs, tl, total)
-	if r.Manifest != nil && r.Manifest.Extraction != nil {
+	extraction := r.Manifest != nil && r.Manifest.Extraction != nil
+	// A hidden-states sample's work is its input tokens: the events
+	// count those, and so do the rates here.
+	work := rateTokens{"output tokens", c.completionTokens}
+	tokensTitle := "Output tokens per second"
+	if extraction {
+		work, tokensTitle = rateTokens{"input tokens", c.promptTokens}, "Input tokens extracted per second"
+	}
+	r.Summary = summary(c, f, evs, tl, total, work)
+	if extraction {
 		r.Summary = append(r.Summary, extractionSummary(r.Manifest.Extraction, c, tl)...)
 	}
 	r.Params = params(r.Manifest, extra)
 	r.Charts = []Chart{
 		throughputChart(ChartRequests, "Completions per second", "requests/s", evs, tl, func(e event) float64 { return e.requestsPerSec }),
-		throughputChart(ChartTokens, "Output tokens per second", "tokens/s", evs, tl, func(e event) float64 { return e.tokensPerSec }),
+		throughputChart(ChartTokens, tokensTitle, "tokens/s", evs, tl, func(e event) float64 { return e.tokensPerSec }),
 		lengthChart(c),
 		cdfChart(ChartTTFT, "Time to first token", c.ttft),
 		cdfChart(ChartLatency, "Latency (request to last token)", c.latency),
 		workerChart(c),
 		etaChart(evs, tl, r.Done),
+	}
+	if extraction {
+		// Samples generate no answer: their lengths by finish reason
+		// say nothing.
+		r.Charts = slices.DeleteFunc(r.Charts, func(c Chart) bool { return c.ID == ChartLengths })
 	}
 }
 
@@ -138,7 +151,16 @@ func reasonOrder(c *completions) {
 	c.reasons = sorted
 }
 
-func summary(c *completions, f *failures, evs []event, tl timeline, total int) []Setting {
+// rateTokens are the tokens a run's rates count, and their name: output
+// tokens, or a hidden-states run's input tokens, which the events count
+// too.
+type rateTokens struct {
+	name string
+	n    int64
+}
+
+// summary is the report's summary table, its rates in work's tokens.
+func summary(c *completions, f *failures, evs []event, tl timeline, total int, work rateTokens) []Setting {
 	var s []Setting
 	add := func(name, format string, args ...any) { s = append(s, Setting{name, fmt.Sprintf(format, args...)}) }
 	if total > 0 {
@@ -182,8 +204,8 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 		add("waiting for slots", "%s", describeSpans(spans, evs[0].at))
 	}
 	if wall > 0 {
-		add("throughput, mean", "%.2f requests/s, %s output tokens/s (over the wall time)",
-			float64(c.count)/wall.Seconds(), rounded(float64(c.completionTokens)/wall.Seconds()))
+		add("throughput, mean", "%.2f requests/s, %s %s/s (over the wall time)",
+			float64(c.count)/wall.Seconds(), rounded(float64(work.n)/wall.Seconds()), work.name)
 	}
 	var reqs, toks []float64
 	for _, e := range evs {
@@ -192,8 +214,8 @@ func summary(c *completions, f *failures, evs []event, tl timeline, total int) [
 		}
 	}
 	if len(reqs) > 0 {
-		add("throughput, median", "%.2f requests/s, %s output tokens/s (median of the one-minute rates of %d events)",
-			median(reqs), rounded(median(toks)), len(reqs))
+		add("throughput, median", "%.2f requests/s, %s %s/s (median of the one-minute rates of %d events)",
+			median(reqs), rounded(median(toks)), work.name, len(reqs))
 	}
 	add("TTFT", "%s", percentiles(sortFloats(c.ttft)))
 	add("latency", "%s", percentiles(sortFloats(c.latency)))
