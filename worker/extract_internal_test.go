@@ -31,7 +31,7 @@ func TestSweepRemovesOrphansOnly(t *testing.T) {
 	}
 	orphan := file("a.safetensors", old)
 	file("a.safetensors.lock", old)
-	young := file("b.safetensors", now.Add(-time.Minute))
+	young := file("b.safetensors", now.Add(-orphanAge/2))
 	held := file("c.safetensors", old)
 	lock, err := os.Create(hiddenstates.LockName(held))
 	if err != nil {
