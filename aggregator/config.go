@@ -41,6 +41,11 @@ type Config struct {
 	// DataDir is where <run>/completions.jsonl, failed.jsonl and
 	// events.jsonl are written.
 	DataDir string
+	// Out, when set, is where a hidden-states run's dataset goes on this
+	// host (its hidden_states/ beside it), over the directory the run was
+	// produced with (schema.Extraction.Out) or <DataDir>/<run>: for a
+	// shared disk mounted elsewhere here. Empty: those.
+	Out string
 	// EventInterval is the period of throughput events.
 	EventInterval time.Duration
 	// Batch is the most results written per fsync.

@@ -43,6 +43,9 @@ func (a *Aggregator) answerOf(s *lineindex.Summary) throughput.Answer {
 // extractionOut is the output directory of the hidden-states run m on
 // this aggregator: the manifest's, or its run directory.
 func (a *Aggregator) extractionOut(m *schema.Manifest) string {
+	if a.cfg.Out != "" {
+		return a.cfg.Out
+	}
 	if m.Extraction != nil && m.Extraction.Out != "" {
 		return m.Extraction.Out
 	}

@@ -27,14 +27,18 @@ func (s *session) extraction() *schema.Extraction {
 }
 
 // hiddenStatesDir is where the run's hidden-states files go on this
-// host: the manifest's output directory, else Config.Out, else the run's
-// directory under DataDir; "" when none is known.
+// host: Config.Out, else the manifest's output directory, else the run's
+// directory under OutRoot or DataDir; "" when none is known.
 func (s *session) hiddenStatesDir() string {
 	out := s.cfg.Out
-	if x := s.extraction(); x != nil && x.Out != "" {
+	if x := s.extraction(); out == "" && x != nil && x.Out != "" {
 		out = x.Out
 	}
-	if out == "" && s.cfg.DataDir != "" {
+	switch {
+	case out != "":
+	case s.cfg.OutRoot != "" && s.cfg.Run != "":
+		out = filepath.Join(s.cfg.OutRoot, s.cfg.Run)
+	case s.cfg.DataDir != "":
 		out = s.runDir()
 	}
 	if out == "" {

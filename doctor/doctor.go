@@ -123,10 +123,11 @@ type Config struct {
 	// yet (aerie run --task hidden-states); once the run has a manifest,
 	// it says. Nil: a generation run.
 	Extraction *schema.Extraction
-	// Out is where a hidden-states run's output goes on this host when
-	// its manifest names no directory: a worker's <data-dir>/<run>.
-	// Empty: DataDir/Run.
-	Out string
+	// Out, when set, is where a hidden-states run's output goes on this
+	// host whatever its manifest names (a worker's or an aggregator's
+	// --out). OutRoot is where it goes, as OutRoot/Run, when neither
+	// names one (a worker's --data-dir); empty: DataDir/Run.
+	Out, OutRoot string
 	// PromptsFile is the JSONL file of prompts; when given, every prompt's
 	// length is compared with the model's context length. Empty skips
 	// that check.

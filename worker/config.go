@@ -163,6 +163,10 @@ type Config struct {
 	// a disk the worker's server writes to, or one on which a file can be
 	// copied. Empty means DefaultDataDir.
 	DataDir string
+	// Out, when set, is where the hidden-states run of Run goes on this
+	// host, over the directory it was produced with or <DataDir>/<run>:
+	// for a shared disk mounted at another path here. Only with Run.
+	Out string
 	// LockWait is how long, after the server's reply, a sample's file may
 	// stay locked by the server before the attempt is failed; zero means
 	// DefaultLockWait.

@@ -54,8 +54,10 @@ const lockPoll = 5 * time.Millisecond
 // has for generation.
 type extractWork struct {
 	// dataDir is where a run's output goes when its manifest names no
-	// directory: <dataDir>/<run>.
+	// directory: <dataDir>/<run>; out, when set, is the output directory
+	// of the worker's one run, whatever the manifest names.
 	dataDir  string
+	out      string
 	lockWait time.Duration
 	disk     *diskRoom
 	// serverDir is the directory the server writes its files to, learnt
@@ -65,6 +67,9 @@ type extractWork struct {
 
 // outDir is the output directory of l's run on this worker.
 func (x *extractWork) outDir(l *lane) string {
+	if x.out != "" {
+		return x.out
+	}
 	if m := l.manifest.Extraction; m != nil && m.Out != "" {
 		return m.Out
 	}

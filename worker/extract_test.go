@@ -249,3 +249,21 @@ func TestExtractionTwoWorkersOneDisk(t *testing.T) {
 		t.Errorf("one worker did all the work: %d and %d", w1.Stats().Completed, w2.Stats().Completed)
 	}
 }
+
+// A worker's own output directory (--out, a shared disk mounted at
+// another path on its host) wins over the one the run was produced
+// with.
+func TestExtractionWorkerOut(t *testing.T) {
+	t.Parallel()
+	produced, here := filepath.Join(t.TempDir(), "elsewhere"), filepath.Join(t.TempDir(), "here")
+	m, ps := extractionRun(10, produced)
+	b := setupPrompts(t, m, ps, provision.Options{})
+	url, serverDir := extractionSim(t, simulator.FileFaults{})
+	w, _ := b.start(t, worker.Config{Window: 4, Out: here}, url)
+	b.waitSettled(t, 30*time.Second)
+	waitCounted(t, int64(len(ps)), w)
+	checkExtracted(t, b, ps, here, serverDir)
+	if _, err := os.Stat(produced); !os.IsNotExist(err) {
+		t.Errorf("the produced directory was written: %v", err)
+	}
+}

@@ -22,6 +22,9 @@ func (c Config) Validate() error {
 	case set > 1:
 		return errors.New("give one of --run, --runs and --all-runs: a worker serves one run, the runs listed, or every run")
 	}
+	if c.Out != "" && c.Run == "" {
+		return errors.New("worker: --out names one run's output directory: give it with --run, not --runs or --all-runs")
+	}
 	if c.ExitWhenDone && c.Run == "" {
 		return errors.New("worker: exiting when done needs one run (--run): a worker of several runs, or of all, serves runs yet to come")
 	}

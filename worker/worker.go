@@ -93,7 +93,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	settle := &settler{name: cfg.Name, store: w.store, health: probe.health, hedges: w.hedges,
 		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry, unfit: cfg.PullWait}}
 	exec := &executor{name: cfg.Name, requests: requests, flights: inFlight, store: w.store, settler: settle, log: log, link: ln,
-		extraction: &extractWork{dataDir: cfg.DataDir, lockWait: cfg.LockWait, disk: w.pauses.disk}}
+		extraction: &extractWork{dataDir: cfg.DataDir, out: cfg.Out, lockWait: cfg.LockWait, disk: w.pauses.disk}}
 	w.hedges.exec = exec
 	w.extraction = exec.extraction
 	w.pull = &puller{log: log, pullWait: cfg.PullWait, runs: runs, slots: slots, flights: inFlight, pauses: w.pauses, exec: exec}

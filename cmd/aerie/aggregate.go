@@ -17,6 +17,7 @@ func cmdAggregate(ctx context.Context, args []string) error {
 	nf := addNATSFlags(fs, auth.Aggregator)
 	run := fs.String("run", "", "run name")
 	dataDir := addDataDirFlag(fs, aggregator.DefaultDataDir, "")
+	out := fs.String("out", "", "a hidden-states run's output directory on this host, where its dataset goes beside hidden_states/, over the one the run was produced with (--out) or <data-dir>/<run>/: for a shared disk mounted at another path here")
 	interval := fs.Duration("event-interval", aggregator.DefaultEventInterval, "period of throughput events")
 	exit := fs.Bool("exit-when-done", false, "exit once every prompt of the run has its final outcome written (a replayed prompt's new one included)")
 	httpListen := addHTTPListenFlag(fs)
@@ -41,7 +42,7 @@ func cmdAggregate(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopPage()
-	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Observer: page, Metrics: reg, Logger: log}, js)
+	a, err := aggregator.New(aggregator.Config{Run: *run, DataDir: *dataDir, Out: *out, EventInterval: *interval, ExitWhenDone: *exit, LeaseWait: *leaseWait, Observer: page, Metrics: reg, Logger: log}, js)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,6 +31,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	idle := fs.Duration("idle-timeout", openai.DefaultIdleTimeout, "a request fails (and is tried again) when the server sends nothing for this long after its first token; a long answer that keeps streaming never does")
 	total := fs.Duration("request-timeout", 0, "optional cap on one answer from request to last token, however steadily it streams (0: no cap)")
 	metricsListen := addMetricsFlag(fs)
+	outDir := fs.String("out", "", "with --run of a hidden-states run: its output directory on this host, over the one it was produced with (--out) or <data-dir>/<run>/: for a shared disk mounted at another path here")
 	dataDir := fs.String("data-dir", envOr("AERIE_DATA_DIR", worker.DefaultDataDir), "with a hidden-states run: its dataset and hidden_states/ go to <data-dir>/<run>/ unless the run was produced with --out; a disk the server writes to (env AERIE_DATA_DIR)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -49,7 +49,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	wc.Run, wc.Runs, wc.AllRuns, wc.ExitWhenDone, wc.Name = *run, runs, *allRuns, *exitWhenDone, *name
-	wc.DataDir = *dataDir
+	wc.DataDir, wc.Out = *dataDir, *outDir
 	if err := wc.Validate(); err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func preflightWorker(ctx context.Context, nf *natsFlags, wc worker.Config, backe
 	}
 	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: backendWait, Log: log,
 		Role: auth.Worker, Run: wc.Run, Backend: backend, APIKey: key, Window: wc.Window,
-		YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority, Out: workerOut(wc)})
+		YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority, Out: wc.Out, OutRoot: wc.DataDir})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
 		return err
@@ -138,13 +138,4 @@ func preflightWorker(ctx context.Context, nf *natsFlags, wc worker.Config, backe
 		return fmt.Errorf("preflight failed: %s", strings.Join(fatal, "; "))
 	}
 	return nil
-}
-
-// workerOut is where a worker of one run writes a hidden-states run's
-// output when the run names no directory: <data-dir>/<run>.
-func workerOut(wc worker.Config) string {
-	if wc.Run == "" {
-		return ""
-	}
-	return filepath.Join(wc.DataDir, wc.Run)
 }
