@@ -338,3 +338,25 @@ func TestBrowserUnwritten(t *testing.T) {
 		Workers: 1, ETASec: -1, ETALowSec: -1, ETAHighSec: -1})
 	waitFor(t, ctx, 30*time.Second, `document.getElementById("unwritten").hidden`, "the banner gone once lines come")
 }
+
+// A hidden-states run shows its rates as input tokens, the hidden
+// states written of the run's, and no answer lengths.
+func TestBrowserHiddenStates(t *testing.T) {
+	ctx := browser(t)
+	page := livepage.New("kimi-hs")
+	t0 := time.Now().Add(-2 * time.Minute)
+	for i := range 12 {
+		page.Event(schema.Throughput{Run: "kimi-hs", Time: t0.Add(time.Duration(i) * 10 * time.Second), Phase: schema.PhaseSteady,
+			Total: 25000, Completed: 900 * (i + 1), Workers: 4, InFlight: 800, RequestsPerSec: 90, TokensPerSec: 180000 + 5000*float64(i%3),
+			MeanCompletionTokens: 2000, ETASec: 240 - 10*float64(i), ETALowSec: 200 - 10*float64(i), ETAHighSec: 290 - 10*float64(i),
+			Task: schema.TaskHiddenStates, HiddenStatesBytes: int64(900*(i+1)) * 2000 * 57352, HiddenStatesBytesTotal: 25000 * 2000 * 57352,
+			HiddenStatesBytesPerSec: 180000 * 57352})
+	}
+	srv := serve(t, page)
+	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	waitFor(t, ctx, 30*time.Second, `!document.getElementById("hs-stat").hidden &&
+		document.getElementById("hs-bytes").textContent === "1.2 TB / 2.9 TB" &&
+		document.getElementById("tps-label").textContent === "input tokens/s" &&
+		document.getElementById("len-card").hidden`, "the hidden-states figures")
+	screenshot(t, ctx, "livepage-hidden-states.png")
+}

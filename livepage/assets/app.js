@@ -35,6 +35,18 @@ function short(v) {
   return v.toFixed(a >= 1 ? 1 : 2);
 }
 
+// bytes formats a size in the largest decimal unit under it.
+function bytes(n) {
+  n = n || 0;
+  const units = ["B", "kB", "MB", "GB", "TB", "PB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) {
+    n /= 1000;
+    i++;
+  }
+  return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
+}
+
 function dur(sec) {
   if (typeof sec !== "number" || sec < 0 || !isFinite(sec)) return "unknown";
   sec = Math.round(sec);
@@ -218,6 +230,16 @@ function render(s) {
     setText("rps", num(t.requests_per_sec, 2));
     setText("tps", num(t.tokens_per_sec));
     setText("mean", num(t.mean_completion_tokens));
+    // A hidden-states run reads its samples' tokens and writes files:
+    // its token figures are input tokens, and no answer has a length.
+    const hs = t.task === "hidden-states";
+    setText("tps-label", hs ? "input tokens/s" : "tokens/s");
+    setText("mean-label", hs ? "mean sample tokens" : "mean tokens");
+    setText("h-tps", hs ? "Input tokens/s" : "Tokens/s");
+    $("hs-stat").hidden = !hs;
+    setText("hs-bytes", hs ? bytes(t.hidden_states_bytes) + " / " + bytes(t.hidden_states_bytes_total) : "");
+    $("len-card").hidden = hs;
+    $("truncated-stat").hidden = hs;
     setText("elapsed", dur(t.elapsed_sec));
     let eta = dur(t.eta_sec);
     if (hasBand(t) && t.phase !== "done") {
