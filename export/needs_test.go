@@ -31,3 +31,13 @@ func TestExportRefusesARunItLacksAFeatureOf(t *testing.T) {
 		t.Errorf("a run whose features this build has: %v", err)
 	}
 }
+
+// A hidden-states run has no answers: export says where its dataset is.
+func TestExportRefusesAHiddenStatesRun(t *testing.T) {
+	m := &schema.Manifest{Run: "hs", Model: "m", Total: 1, Task: schema.TaskHiddenStates,
+		Extraction: &schema.Extraction{LayerIDs: []int{2}, HiddenSize: 8, DType: "BF16", Out: "/shared/hs"}}
+	err := (export.Options{Format: export.FormatSpeculators, Manifest: m}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "/shared/hs") || !strings.Contains(err.Error(), "no answers to export") {
+		t.Fatalf("%v", err)
+	}
+}

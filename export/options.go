@@ -178,6 +178,13 @@ func (o Options) Validate() error {
 		if err := schema.CheckNeeds("run "+m.Run, m.Needs, m.WrittenBy); err != nil {
 			return err
 		}
+		if m.Task == schema.TaskHiddenStates {
+			out := "<data-dir>/" + m.Run
+			if m.Extraction != nil && m.Extraction.Out != "" {
+				out = m.Extraction.Out
+			}
+			return fmt.Errorf("a hidden-states run has no answers to export: its output, %s, is the dataset speculators trains from as it is (train.py --data-path)", out)
+		}
 	}
 	if o.ShardSize < 0 || (o.ShardSize > 0 && o.Format != FormatParquet) {
 		return errors.New("--shard-size is for format parquet, in bytes from 1")
