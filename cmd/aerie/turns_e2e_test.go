@@ -448,6 +448,25 @@ func TestTurnsAllSurvivesAKilledWorker(t *testing.T) {
 	// above sees nothing.
 	if len(matched) != len(storedBefore) {
 		t.Errorf("%d of the %d turns stored before the kill match a request's turn subject", len(matched), len(storedBefore))
+		// Say which, and what was asked of their conversations, so that
+		// a failure explains itself.
+		for subject := range storedBefore {
+			if matched[subject] {
+				continue
+			}
+			t.Logf("unmatched: %s, stored at %s (%v before the kill)", subject, storedAt[subject].Format("15:04:05.000"), killedAt.Sub(storedAt[subject]).Round(time.Millisecond))
+			for _, r := range requests {
+				var req struct {
+					Messages []map[string]any `json:"messages"`
+				}
+				if json.Unmarshal(r.body, &req) != nil {
+					continue
+				}
+				if got := storedTurnSubject(run, req.Messages); strings.HasPrefix(got, strings.TrimRight(subject, "0123456789")) {
+					t.Logf("  asked: %s by %s, %s to %s, completed %v", got, r.worker, r.started.Format("15:04:05.000"), r.ended.Format("15:04:05.000"), r.completed)
+				}
+			}
+		}
 	}
 	again, latest := 0, time.Duration(0)
 	for _, a := range byContext {
