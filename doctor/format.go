@@ -4,23 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/aerie-dev/aerie/bytesize"
 )
 
-// formatBytes renders n in binary units: "512 B", "3.0 MiB", "1.2 TiB".
-func formatBytes[T int | int64 | uint64](n T) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v := float64(n)
-	suffix := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	i := -1
-	for v >= unit && i < len(suffix)-1 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", v, suffix[i])
-}
+// formatBytes renders n in binary units (bytesize.Format).
+func formatBytes[T int | int64 | uint64](n T) string { return bytesize.Format(n) }
 
 // formatDuration rounds d for a report: milliseconds under ten seconds,
 // whole seconds above.

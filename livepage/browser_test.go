@@ -355,7 +355,7 @@ func TestBrowserHiddenStates(t *testing.T) {
 	srv := serve(t, page)
 	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
 	waitFor(t, ctx, 30*time.Second, `!document.getElementById("hs-stat").hidden &&
-		document.getElementById("hs-bytes").textContent === "1.2 TB / 2.9 TB" &&
+		document.getElementById("hs-bytes").textContent === "1.1 TiB / 2.6 TiB" &&
 		document.getElementById("tps-label").textContent === "input tokens/s" &&
 		document.getElementById("len-card").hidden`, "the hidden-states figures")
 	screenshot(t, ctx, "livepage-hidden-states.png")

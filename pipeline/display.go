@@ -11,6 +11,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/aerie-dev/aerie/aggregator"
+	"github.com/aerie-dev/aerie/bytesize"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/status"
 )
@@ -89,7 +90,7 @@ func (s *Summary) Print(w io.Writer) {
 	if s.HiddenStatesDir != "" {
 		fmt.Fprintf(w, "  samples      %d total, %d extracted, %d failed\n", s.Total, s.Completed, s.Failed)
 		fmt.Fprintf(w, "  wall time    %s\n", s.Wall.Round(100*time.Millisecond))
-		fmt.Fprintf(w, "  throughput   %.2f samples/s, %.0f input tokens/s, %s of hidden states\n", s.RequestsPerSec, s.TokensPerSec, status.Bytes(s.HiddenStatesBytes))
+		fmt.Fprintf(w, "  throughput   %.2f samples/s, %.0f input tokens/s, %s of hidden states\n", s.RequestsPerSec, s.TokensPerSec, bytesize.Format(s.HiddenStatesBytes))
 		fmt.Fprintf(w, "  dataset      %s (datasets.save_to_disk, with hidden_states/hs_<idx>.safetensors)\n", s.HiddenStatesDir)
 		fmt.Fprintf(w, "  failed       %s\n", s.FailedPath)
 		fmt.Fprintf(w, "  events       %s\n", s.EventsPath)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aerie-dev/aerie/bytesize"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -471,24 +472,10 @@ func etaChart(evs []event, tl timeline, done bool) Chart {
 func extractionSummary(x *schema.Extraction, c *completions, tl timeline) []Setting {
 	written := c.promptTokens * x.BytesPerToken()
 	s := []Setting{{"hidden states", fmt.Sprintf("%s input tokens read, %s of %s written (%d layers %v x hidden %d, %s: %s a token); the files are hidden_states/hs_<idx>.safetensors beside the run's dataset",
-		thousands(c.promptTokens), byteSize(written), byteSize(x.Bytes()), len(x.LayerIDs), x.LayerIDs, x.HiddenSize, x.DType, byteSize(x.BytesPerToken()))}}
+		thousands(c.promptTokens), bytesize.Format(written), bytesize.Format(x.Bytes()), len(x.LayerIDs), x.LayerIDs, x.HiddenSize, x.DType, bytesize.Format(x.BytesPerToken()))}}
 	if wall := tl.wall(); wall > 0 {
 		s = append(s, Setting{"extraction rate", fmt.Sprintf("%s input tokens/s, %s/s of hidden states (over the wall time)",
-			rounded(float64(c.promptTokens)/wall.Seconds()), byteSize(int64(float64(written)/wall.Seconds())))})
+			rounded(float64(c.promptTokens)/wall.Seconds()), bytesize.Format(int64(float64(written)/wall.Seconds())))})
 	}
 	return s
-}
-
-// byteSize is n bytes in the largest binary unit under it.
-func byteSize(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/aerie-dev/aerie/bytesize"
 	"github.com/aerie-dev/aerie/schema"
 )
 
@@ -51,8 +52,8 @@ func WriteRun(w io.Writer, st *Run) error {
 		rate(st.RequestsPerSecOverall), count(int(st.TokensPerSecOverall+0.5)))
 	if st.Task == schema.TaskHiddenStates {
 		fmt.Fprintf(tw, "hidden states\t%s of %s written%s  %s/s  (tokens above are input tokens extracted)\n",
-			Bytes(st.HiddenStatesBytes), Bytes(st.HiddenStatesBytesTotal), percent64(st.HiddenStatesBytes, st.HiddenStatesBytesTotal),
-			Bytes(int64(st.HiddenStatesBytesPerSec)))
+			bytesize.Format(st.HiddenStatesBytes), bytesize.Format(st.HiddenStatesBytesTotal), percent64(st.HiddenStatesBytes, st.HiddenStatesBytesTotal),
+			bytesize.Format(int64(st.HiddenStatesBytesPerSec)))
 	}
 	eta := FormatETA(st.ETASec, st.ETALowSec, st.ETAHighSec, st.Phase)
 	switch {
@@ -332,20 +333,6 @@ func orDash(s string) string {
 // correlation, which longest-first order needs well above 0 to help.
 func HintNote(correlation float64, n int) string {
 	return fmt.Sprintf("rank correlation %.2f with the tokens taken, over %s answers with a hint", correlation, count(n))
-}
-
-// Bytes is n bytes in the largest decimal unit under it.
-func Bytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }
 
 // percent64 is " (p%)" of n in total, "" when total is zero.

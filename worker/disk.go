@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/aerie-dev/aerie/bytesize"
 )
 
 // A disk that fills during a hidden-states run would make the server
@@ -51,7 +53,7 @@ func (r *diskRoom) wait(ctx context.Context, l *lane, dirs []string, need int64)
 			free, err := r.free(dir)
 			if err == nil && free < need+r.reserve {
 				short = fmt.Sprintf("disk full: %s has %s free, and a sample of run %s needs %s (and %s kept free): free space there, or produce the run with --out on a larger disk; the worker resumes by itself",
-					dir, formatBytes(free), l.run, formatBytes(need), formatBytes(r.reserve))
+					dir, bytesize.Format(free), l.run, bytesize.Format(need), bytesize.Format(r.reserve))
 				break
 			}
 		}
@@ -111,18 +113,4 @@ func (r *diskRoom) reason() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.full
-}
-
-// formatBytes is n in the largest binary unit under it.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

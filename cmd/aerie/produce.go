@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/aerie-dev/aerie/auth"
+	"github.com/aerie-dev/aerie/bytesize"
 	"github.com/aerie-dev/aerie/doctor"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/producer"
@@ -207,7 +208,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 		}
 		if extraction != nil {
 			fmt.Printf("%s: %d samples valid, %d tokens, %s of hidden states to extract, prompts digest %s; nothing published (--dry-run)\n",
-				*prompts, rep.Valid, rep.Tokens, formatSize(rep.Bytes), rep.PromptsDigest)
+				*prompts, rep.Valid, rep.Tokens, bytesize.Format(rep.Bytes), rep.PromptsDigest)
 			return nil
 		}
 		fmt.Printf("%s: %d lines, %d valid, %d invalid%s, prompts digest %s; would queue %s (%d of %d with a length hint); nothing published (--dry-run)\n",
@@ -228,7 +229,7 @@ func cmdProduce(ctx context.Context, args []string) error {
 	}
 	if extraction != nil {
 		fmt.Printf("run %s: %d samples valid, %d newly queued, %d already queued, %d tokens, %s of hidden states to extract, in %s\n",
-			*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Tokens, formatSize(rep.Bytes), rep.Elapsed.Round(1e6))
+			*run, rep.Valid, rep.Published, rep.AlreadyQueued, rep.Tokens, bytesize.Format(rep.Bytes), rep.Elapsed.Round(1e6))
 		return nil
 	}
 	if rep.Samples > 1 {
@@ -309,18 +310,4 @@ func extractionLimits(ctx context.Context, bf *backendFlags, model string, cfg *
 	}
 	cfg.CheckTokenIDs = doctor.TokenIDCheck(client, model)
 	return nil
-}
-
-// formatSize is n bytes in the largest decimal unit under it.
-func formatSize(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTPE"[exp])
 }

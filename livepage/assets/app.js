@@ -35,13 +35,14 @@ function short(v) {
   return v.toFixed(a >= 1 ? 1 : 2);
 }
 
-// bytes formats a size in the largest decimal unit under it.
+// bytes formats a size in binary units, one decimal, as aerie's other
+// outputs do.
 function bytes(n) {
   n = n || 0;
-  const units = ["B", "kB", "MB", "GB", "TB", "PB"];
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   let i = 0;
-  while (n >= 1000 && i < units.length - 1) {
-    n /= 1000;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
     i++;
   }
   return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
