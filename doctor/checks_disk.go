@@ -124,6 +124,28 @@ type freeResult struct {
 	err  error
 }
 
+// measureFree measures the free space of the file system dir is (or
+// will be) on, within ctx; a result is the check's when it cannot.
+func measureFree(ctx context.Context, dir string) (freeResult, *Result) {
+	res, err := await(ctx, func() freeResult {
+		p := existingParent(dir)
+		free, err := freeBytes(p)
+		return freeResult{p, free, err}
+	})
+	if err == nil {
+		err = res.err
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
+		r := skip("free space cannot be measured on this system")
+		return res, &r
+	}
+	if err != nil {
+		r := fail("check the volume (a hung network mount?)", "free space of %s: %v", dir, err)
+		return res, &r
+	}
+	return res, nil
+}
+
 // checkDiskSpace compares the free space under the data directory with
 // what the rest of the run may write: remaining prompts x max_tokens (or
 // 4,000 when unset) x 5 bytes. It fails under 1 GiB and warns when the
@@ -136,19 +158,9 @@ func checkDiskSpace(ctx context.Context, s *session) Result {
 		return skip("data directory not usable (see data-dir)")
 	}
 	dir := s.runDir()
-	res, err := await(ctx, func() freeResult {
-		p := existingParent(dir)
-		free, err := freeBytes(p)
-		return freeResult{p, free, err}
-	})
-	if err == nil {
-		err = res.err
-	}
-	if errors.Is(err, errors.ErrUnsupported) {
-		return skip("free space cannot be measured on this system")
-	}
-	if err != nil {
-		return fail("check the volume (a hung network mount?)", "free space of %s: %v", dir, err)
+	res, bad := measureFree(ctx, dir)
+	if bad != nil {
+		return *bad
 	}
 	free := fmt.Sprintf("%s free on the file system of %s", formatBytes(res.free), res.path)
 	if res.free < minFree {

@@ -110,19 +110,9 @@ func checkHiddenStatesSpace(ctx context.Context, s *session) Result {
 	if !ok {
 		return skip("the run's size is unknown (no manifest or prompts file to count)")
 	}
-	res, err := await(ctx, func() freeResult {
-		p := existingParent(dir)
-		free, err := freeBytes(p)
-		return freeResult{p, free, err}
-	})
-	if err == nil {
-		err = res.err
-	}
-	if errors.Is(err, errors.ErrUnsupported) {
-		return skip("free space cannot be measured on this system")
-	}
-	if err != nil {
-		return fail("check the volume (a hung network mount?)", "free space of %s: %v", dir, err)
+	res, bad := measureFree(ctx, dir)
+	if bad != nil {
+		return *bad
 	}
 	need := uint64(tokens * x.BytesPerToken())
 	how := fmt.Sprintf("%s for %d tokens (%s) x %d layers x %d hidden x %d bytes (%s), and their ids",

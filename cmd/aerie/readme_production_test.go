@@ -514,34 +514,7 @@ func TestREADMEOneMachine(t *testing.T) {
 		"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + dir, "AERIE_LOG_LEVEL=info",
 	})
-	cmds := shellCommands(b.text)
-	if len(cmds) != 6 {
-		t.Fatalf("the one-machine block has %d commands, the test runs 6 (server, sim, gen-prompts, produce, work, aggregate): %q", len(cmds), cmds)
-	}
-	var started []*daemon
-	for i, c := range cmds {
-		word := strings.Fields(c)[1]
-		switch word {
-		case "server", "sim", "work":
-			d := ns.start(t, word, dir, "exec "+c)
-			started = append(started, d)
-			if addr := map[string]string{"server": "4222", "sim": "8000"}[word]; addr != "" {
-				waitFor(t, c, 30*time.Second, func() error {
-					if d.exited() {
-						return fmt.Errorf("exited: %v", d.err)
-					}
-					_, err := ns.run(dir, "exec 3<>/dev/tcp/127.0.0.1/"+addr, 5*time.Second)
-					return err
-				}, d)
-			}
-		case "aggregate":
-			ns.start(t, word, dir, "exec "+c).wait(t, 5*time.Minute)
-		default:
-			if out, err := ns.run(dir, c, 2*time.Minute); err != nil {
-				t.Fatalf("command %d, %s: %v\n%s", i+1, c, err, out)
-			}
-		}
-	}
+	started := runSeparately(t, ns, dir, "one-machine", b.text)
 	ids := checkOnceEach(t, filepath.Join(dir, "data", "dev"), 2000)
 	if len(ids.failed) != 0 {
 		t.Errorf("%d prompts failed: %q", len(ids.failed), ids.failed)
@@ -572,34 +545,7 @@ func TestREADMEExtraction(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "data", "vllm-hidden-states"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmds := shellCommands(b.text)
-	if len(cmds) != 6 {
-		t.Fatalf("the extract block has %d commands, the test runs 6 (server, sim, gen-prompts, produce, work, aggregate): %q", len(cmds), cmds)
-	}
-	var started []*daemon
-	for i, c := range cmds {
-		word := strings.Fields(c)[1]
-		switch word {
-		case "server", "sim", "work":
-			d := ns.start(t, word, dir, "exec "+c)
-			started = append(started, d)
-			if addr := map[string]string{"server": "4222", "sim": "8000"}[word]; addr != "" {
-				waitFor(t, c, 30*time.Second, func() error {
-					if d.exited() {
-						return fmt.Errorf("exited: %v", d.err)
-					}
-					_, err := ns.run(dir, "exec 3<>/dev/tcp/127.0.0.1/"+addr, 5*time.Second)
-					return err
-				}, d)
-			}
-		case "aggregate":
-			ns.start(t, word, dir, "exec "+c).wait(t, 5*time.Minute)
-		default:
-			if out, err := ns.run(dir, c, 2*time.Minute); err != nil {
-				t.Fatalf("command %d, %s: %v\n%s", i+1, c, err, out)
-			}
-		}
-	}
+	started := runSeparately(t, ns, dir, "extract", b.text)
 	out := filepath.Join(dir, "data", "hs-dev")
 	m, err := schema.DecodeManifest(mustReadFile(t, filepath.Join(out, "manifest.json")))
 	if err != nil {
@@ -626,4 +572,42 @@ func mustReadFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// runSeparately runs a README block of six commands as separate
+// processes do on one machine (server, sim, a generator, produce, work,
+// aggregate): the server, the simulator and the worker started and left
+// running, the others run to their end, the aggregator last. It returns
+// the processes left running.
+func runSeparately(t *testing.T, ns *netns, dir, name, block string) []*daemon {
+	t.Helper()
+	cmds := shellCommands(block)
+	if len(cmds) != 6 {
+		t.Fatalf("the %s block has %d commands, the test runs 6 (server, sim, gen-prompts, produce, work, aggregate): %q", name, len(cmds), cmds)
+	}
+	var started []*daemon
+	for i, c := range cmds {
+		word := strings.Fields(c)[1]
+		switch word {
+		case "server", "sim", "work":
+			d := ns.start(t, word, dir, "exec "+c)
+			started = append(started, d)
+			if addr := map[string]string{"server": "4222", "sim": "8000"}[word]; addr != "" {
+				waitFor(t, c, 30*time.Second, func() error {
+					if d.exited() {
+						return fmt.Errorf("exited: %v", d.err)
+					}
+					_, err := ns.run(dir, "exec 3<>/dev/tcp/127.0.0.1/"+addr, 5*time.Second)
+					return err
+				}, d)
+			}
+		case "aggregate":
+			ns.start(t, word, dir, "exec "+c).wait(t, 5*time.Minute)
+		default:
+			if out, err := ns.run(dir, c, 2*time.Minute); err != nil {
+				t.Fatalf("%s command %d, %s: %v\n%s", name, i+1, c, err, out)
+			}
+		}
+	}
+	return started
 }
