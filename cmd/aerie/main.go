@@ -31,6 +31,7 @@ var commands = []command{
 	{"reconcile", "requeue every prompt of a run's input that is not completed, failed or on its way", cmdReconcile},
 	{"export", "write a run's answers as SpecForge, ShareGPT, OpenAI Batch output, chat-template text or speculators token ids", cmdExport},
 	{"report", "write a run's end-of-run report: one self-contained HTML file of charts, summary and parameters", cmdReport},
+	{"verify", "check a hidden-states run's output as its trainer reads it: every file against its result and its row, nothing else", cmdVerify},
 	{"auth", "write one nkey seed per role and the nats-server users.conf that grants each its permissions (auth init --out DIR)", cmdAuth},
 	{"status", "show how a run is going (counts, failures by reason, rates, ETA, workers) or every run, from NATS alone; --watch redraws", cmdStatus},
 	{"runs", "list the runs on the NATS server (ls) or remove everything one run has there (rm)", cmdRuns},
