@@ -212,6 +212,10 @@ func ShortHiddenStates() Config {
 	c.Run = "chaos-short-hs"
 	c.Prompts = 400
 	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
+	// A sample is one prefill: at Short's speed the run is over in
+	// seconds, before a second aggregator has given up or a key
+	// rotation is followed. Slower, it lasts about half a minute.
+	c.Speed = 1
 	// A bad file fails its sample, so that about one in twenty is
 	// dead-lettered and replayed once the run is done.
 	c.MaxAttempts = 1
@@ -226,6 +230,7 @@ func LongHiddenStates() Config {
 	c.Run = "chaos-hs"
 	c.Prompts = 2000
 	c.HiddenStates, c.HiddenSize, c.FileFaultRate = true, 256, 0.05
+	c.Speed = 2
 	c.MaxAttempts = 1
 	return c
 }

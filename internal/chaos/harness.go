@@ -179,6 +179,12 @@ func (h *Harness) Run(ctx context.Context) (*Report, error) {
 	}
 	runErr := h.conduct(ctx)
 	if runErr == nil {
+		// A key rotated just before the end is followed by the
+		// workers' key file still: they serve the replay and the
+		// shared run after it.
+		runErr = h.finishRotation(ctx)
+	}
+	if runErr == nil {
 		runErr = h.finishShared(ctx, h.cfg.Timeout)
 	}
 	if runErr == nil && h.cfg.ReplayAfterDone {

@@ -88,6 +88,22 @@ func (h *Harness) updateKeyFile() error {
 	return nil
 }
 
+// finishRotation completes a key rotation under way: when its lag is
+// over, the workers' key file gets the simulator's new key.
+func (h *Harness) finishRotation(ctx context.Context) error {
+	if h.keyDue.IsZero() {
+		return nil
+	}
+	t := time.NewTimer(time.Until(h.keyDue))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	return h.updateKeyFile()
+}
+
 // replayedCount reads "replayed N" from aerie replay's report.
 var replayedCount = regexp.MustCompile(`(?m)\breplayed (\d+)`)
 
