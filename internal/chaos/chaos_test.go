@@ -95,11 +95,14 @@ func TestChaosShortShared(t *testing.T) {
 // 400 samples, 5% of the server's files bad, one kill of each kind.
 // Every sample must end once, its file verified and named by its
 // result, and hidden_states/ hold nothing else.
+//
+// It runs alone, before the parallel runs of this package: a fourth set
+// of processes (server, simulator, workers, aggregators) beside theirs
+// made their NATS requests miss deadlines on two cores.
 func TestChaosShortHiddenStates(t *testing.T) {
 	if os.Getenv("AERIE_CHAOS") == "0" {
 		t.Skip("AERIE_CHAOS=0")
 	}
-	t.Parallel()
 	runChaos(t, chaos.ShortHiddenStates())
 }
 
