@@ -36,6 +36,8 @@ func TestFullConsumerIsReported(t *testing.T) {
 	if in, _ := f.snapshot(); in != 4 {
 		t.Fatalf("%d requests at the backend, want 4: MaxAckPending lets no more out", in)
 	}
+	// The warning is written once the state is set, a moment after it.
+	brokertest.Eventually(t, 10*time.Second, func() bool { return strings.Contains(logsB.String(), "consumer is full") }, "worker b's warning of a full consumer")
 	warned := logsB.String()
 	for _, want := range []string{"consumer is full", "max_ack_pending=4", "their_windows=8", "--max-pending 16"} {
 		if !strings.Contains(warned, want) {
