@@ -58,10 +58,11 @@ type ChatRequest struct {
 	// answers are in Completion.Choices; a server that ignores n returns
 	// fewer, which the caller must check.
 	N int
-	// Priority is vLLM's request priority, sent as priority when not 0:
-	// under --scheduling-policy priority a lower value is served first
-	// and preempts higher ones; a server without that policy refuses any
-	// other value than 0 (400).
+	// Priority is the request's priority in vLLM's sense, sent as
+	// priority when not 0: under --scheduling-policy priority a lower
+	// value is served first and preempts higher ones; a vLLM without that
+	// policy refuses any other value than 0 (400). The client's Dialect
+	// maps it onto other engines' scales.
 	Priority int
 	// ExtraBody, a JSON object, is merged into the request body last: its
 	// keys replace any the fields above produced (a null value sends
@@ -163,7 +164,7 @@ type chatBody struct {
 	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs,omitempty"`
 	ReturnTokenIDs     bool            `json:"return_token_ids,omitempty"`
 	N                  int             `json:"n,omitempty"`
-	Priority           int             `json:"priority,omitempty"`
+	Priority           json.RawMessage `json:"priority,omitempty"`
 	Stream             bool            `json:"stream,omitempty"`
 	StreamOptions      *streamOptions  `json:"stream_options,omitempty"`
 }
@@ -176,7 +177,7 @@ type streamOptions struct {
 }
 
 // encode validates req and renders the request body.
-func (req *ChatRequest) encode(stream bool) ([]byte, error) {
+func (req *ChatRequest) encode(stream bool, d Dialect) ([]byte, error) {
 	if len(req.Messages) == 0 {
 		return nil, fmt.Errorf("%w: no messages", errInvalidRequest)
 	}
@@ -208,7 +209,7 @@ func (req *ChatRequest) encode(stream bool) ([]byte, error) {
 		ReasoningEffort:    req.ReasoningEffort,
 		ChatTemplateKwargs: req.ChatTemplateKwargs,
 		ReturnTokenIDs:     req.ReturnTokenIDs,
-		Priority:           req.Priority,
+		Priority:           d.Priority.Encode(req.Priority),
 	}
 	if req.N > 1 {
 		body.N = req.N
@@ -270,7 +271,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (*Completion, error)
 	k := c.startChat(ctx)
 	k.n = req.N
 	defer k.finish()
-	body, err := req.encode(false)
+	body, err := req.encode(false, c.dialect)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
 	}
@@ -332,6 +333,9 @@ func (k *call) readWhole(resp *http.Response, begin time.Time, ttft time.Duratio
 		PromptTokenIDs:    r.PromptTokenIDs,
 		TokenIDs:          choice.TokenIDs,
 	}
+	if comp.PromptTokenIDs == nil {
+		comp.PromptTokenIDs = choice.PromptTokenIDs
+	}
 	if r.Usage != nil {
 		comp.Usage = *r.Usage
 	}
@@ -385,6 +389,9 @@ type wholeChoice struct {
 	FinishReason string    `json:"finish_reason"`
 	// TokenIDs is vLLM's token_ids of the answer, as PromptTokenIDs.
 	TokenIDs []int `json:"token_ids"`
+	// PromptTokenIDs is where SGLang puts the prompt's ids: on each
+	// choice rather than beside them.
+	PromptTokenIDs []int `json:"prompt_token_ids"`
 }
 
 // textParts holds the text fields of a message or a delta. Reasoning is

@@ -85,7 +85,7 @@ func TestChatRequestN(t *testing.T) {
 	}{{0, ""}, {1, ""}, {3, `"n":3`}} {
 		req := userMessage("x")
 		req.N = tc.n
-		b, err := req.encode(true)
+		b, err := req.encode(true, Dialect{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestChatRequestN(t *testing.T) {
 	}
 	req := userMessage("x")
 	req.N = MaxN + 1
-	if _, err := req.encode(true); err == nil {
+	if _, err := req.encode(true, Dialect{}); err == nil {
 		t.Errorf("n=%d accepted", MaxN+1)
 	}
 }

@@ -24,6 +24,8 @@ type Client struct {
 	keys   *keyring
 	http   *http.Client
 	limits timeLimits
+	// dialect is Config.Dialect.
+	dialect Dialect
 }
 
 // timeLimits are a Client's bounds on one chat completion, defaults
@@ -51,7 +53,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openai: %w", err)
 	}
-	c := &Client{ep: ep, keys: keys, http: cfg.HTTPClient, limits: limits}
+	c := &Client{ep: ep, keys: keys, http: cfg.HTTPClient, limits: limits, dialect: cfg.Dialect}
 	if c.http == nil {
 		c.http = newHTTPClient()
 	}
@@ -115,6 +117,10 @@ type Model struct {
 	// MaxModelLen is the context length in tokens (prompt plus answer);
 	// 0 when the server does not report it.
 	MaxModelLen int `json:"max_model_len"`
+	// OwnedBy is the model card's owned_by, which each engine fills in
+	// with its own name ("vllm", "sglang", "tensorrt_llm", "llamacpp"):
+	// it is how aerie tells engines apart.
+	OwnedBy string `json:"owned_by"`
 }
 
 // Models lists the served models (GET /v1/models). Without a deadline on

@@ -194,7 +194,7 @@ func TestModels(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Models: %v", err)
 	}
-	want := []Model{{ID: "moonshotai/Kimi-K2.5", MaxModelLen: 262144}, {ID: "lora-a"}}
+	want := []Model{{ID: "moonshotai/Kimi-K2.5", MaxModelLen: 262144, OwnedBy: "vllm"}, {ID: "lora-a"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Models = %+v, want %+v", got, want)
 	}

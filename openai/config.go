@@ -82,6 +82,10 @@ type Config struct {
 	// FirstTokenTimeout and IdleTimeout already end a request that makes
 	// no progress. Expiry is a Transient error.
 	RequestTimeout time.Duration
+
+	// Dialect is how the server's API differs from vLLM's; the zero
+	// value is vLLM's. engine.Profile.Dialect gives each engine's.
+	Dialect Dialect
 }
 
 // String describes the configuration with the API key redacted, so a

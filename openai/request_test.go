@@ -108,7 +108,7 @@ func TestRequestExtraBodyWins(t *testing.T) {
 func TestRequestExtraBodyStreaming(t *testing.T) {
 	req := userMessage("q")
 	req.ExtraBody = json.RawMessage(`{"top_k": 3}`)
-	b, err := req.encode(true)
+	b, err := req.encode(true, Dialect{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestRequestBodyUnchangedWithoutOptions(t *testing.T) {
 	req := userMessage("q")
 	req.MaxTokens = 100
 	req.Temperature = ptr(0.6)
-	b, err := req.encode(true)
+	b, err := req.encode(true, Dialect{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func BenchmarkEncode(b *testing.B) {
 	req.Seed = ptr(int64(1))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := req.encode(true); err != nil {
+		if _, err := req.encode(true, Dialect{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -30,11 +30,25 @@ import (
 // one (code 400 by default) whenever generation fails after the stream
 // has started. On error the Completion is nil: a partial answer is not
 // training data.
+//
+// On a server whose Dialect says so, a request of several answers goes
+// as several requests, and a request for token ids goes unstreamed (see
+// Dialect).
 func (c *Client) ChatStream(ctx context.Context, req ChatRequest, progress Progress) (*Completion, error) {
+	switch {
+	case req.N > 1 && c.dialect.SamplesAsRequests:
+		return c.samplesAsRequests(ctx, req, progress)
+	case req.ReturnTokenIDs && c.dialect.TokenIDsUnstreamed:
+		comp, err := c.Chat(ctx, req)
+		if err == nil && progress != nil && comp.Usage.CompletionTokens > 0 {
+			progress(comp.Usage.CompletionTokens)
+		}
+		return comp, err
+	}
 	k := c.startChat(ctx)
 	k.n = req.N
 	defer k.finish()
-	body, err := req.encode(true)
+	body, err := req.encode(true, c.dialect)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", k.where, err)
 	}
