@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker/internal/policy"
@@ -93,6 +94,10 @@ type Config struct {
 	AutoWindow bool
 	// MaxWindow bounds an automatic window; zero means DefaultMaxWindow.
 	MaxWindow int
+	// LoadMetrics names the series an automatic window reads, those of
+	// the backend's engine (engine.Profile.Load; its Path is the
+	// client's Dialect.MetricsPath). The zero value means vLLM's.
+	LoadMetrics engine.LoadMetrics
 	// WindowPoll is how often an automatic window reads the backend's
 	// metrics; zero means DefaultWindowPoll. A sped-up simulator needs it
 	// shorter by its speed.
@@ -287,6 +292,19 @@ func (c Config) priority() int {
 		return c.BatchPriority
 	}
 	return 0
+}
+
+// RequestPriority is the priority, in vLLM's sense, every request of a
+// worker of c carries: BatchPriority (zero: DefaultBatchPriority) when
+// it yields to serving traffic, 0 (none) otherwise.
+func (c Config) RequestPriority() int {
+	if !c.YieldToServing {
+		return 0
+	}
+	if c.BatchPriority == 0 {
+		return DefaultBatchPriority
+	}
+	return c.BatchPriority
 }
 
 // workerLogger is cfg's logger with the worker's name, and the run's

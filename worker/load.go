@@ -12,37 +12,47 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
-// errNoLoadMetrics says a server's /metrics has no vLLM request gauges:
-// not vLLM, or a proxy in front of it.
-var errNoLoadMetrics = errors.New("no vllm:num_requests_running and vllm:num_requests_waiting in the metrics")
+// errNoLoadMetrics says a server's metrics have no request gauges of its
+// engine: metrics not turned on, another engine, or a proxy in front.
+var errNoLoadMetrics = errors.New("no running and waiting request gauges in the metrics")
 
-// parseLoad reads a policy.Load from a Prometheus text exposition.
-// Running and waiting are required; KV usage and preemptions read as 0
-// when absent.
-func parseLoad(text []byte) (policy.Load, error) {
+// parseLoad reads a policy.Load from a Prometheus text exposition, by the
+// series names of the server's engine (names; the zero value is
+// vLLM's). Running and waiting are required; KV usage and preemptions
+// read as 0 when absent.
+func parseLoad(text []byte, names engine.LoadMetrics) (policy.Load, error) {
+	if names.Running == nil {
+		names = engine.Default().Load
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
 		return policy.Load{}, fmt.Errorf("read the backend's metrics: %w", err)
 	}
-	running, okR := sumOf(fams["vllm:num_requests_running"])
-	waiting, okW := sumOf(fams["vllm:num_requests_waiting"])
+	running, okR := sumOf(family(fams, names.Running))
+	waiting, okW := sumOf(family(fams, names.Waiting))
 	if !okR || !okW {
-		return policy.Load{}, errNoLoadMetrics
+		return policy.Load{}, fmt.Errorf("%w (want %s and %s)", errNoLoadMetrics, names.Running[0], names.Waiting[0])
 	}
-	kv, ok := maxOf(fams["vllm:kv_cache_usage_perc"])
-	if !ok {
-		kv, _ = maxOf(fams["vllm:gpu_cache_usage_perc"])
-	}
-	pre, ok := sumOf(fams["vllm:num_preemptions_total"])
-	if !ok {
-		pre, _ = sumOf(fams["vllm:num_preemptions"])
-	}
+	kv, _ := maxOf(family(fams, names.KVUsage))
+	pre, _ := sumOf(family(fams, names.Preemptions))
 	return policy.Load{Running: running, Waiting: waiting, KVUsage: kv, Preemptions: pre,
-		TTFT: histogramOf(fams["vllm:time_to_first_token_seconds"])}, nil
+		TTFT: histogramOf(family(fams, names.TTFT))}, nil
+}
+
+// family is the first of the families named (a series' names, newest
+// first) that the exposition has; nil when none.
+func family(fams map[string]*dto.MetricFamily, names []string) *dto.MetricFamily {
+	for _, n := range names {
+		if f := fams[n]; f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // histogramOf sums a histogram family's cumulative buckets over its label

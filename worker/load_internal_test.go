@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/worker/internal/policy"
 )
 
@@ -34,7 +35,7 @@ vllm:time_to_first_token_seconds_bucket{engine="1",model_name="m",le="+Inf"} 2
 vllm:time_to_first_token_seconds_sum{engine="1",model_name="m"} 3.1
 vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 2
 `
-	got, err := parseLoad([]byte(text))
+	got, err := parseLoad([]byte(text), engine.LoadMetrics{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +49,38 @@ vllm:time_to_first_token_seconds_count{engine="1",model_name="m"} 2
 		t.Fatalf("TTFT histogram %v, want %v summed over engines", ttft, want)
 	}
 	old := "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 0.5\n"
-	if got, err := parseLoad([]byte(old)); err != nil || got.KVUsage != 0.5 || got.Waiting != 2 {
+	if got, err := parseLoad([]byte(old), engine.LoadMetrics{}); err != nil || got.KVUsage != 0.5 || got.Waiting != 2 {
 		t.Fatalf("older vLLM's names: %+v, %v", got, err)
 	}
-	if _, err := parseLoad([]byte("# TYPE go_goroutines gauge\ngo_goroutines 12\n")); !errors.Is(err, errNoLoadMetrics) {
+	if _, err := parseLoad([]byte("# TYPE go_goroutines gauge\ngo_goroutines 12\n"), engine.LoadMetrics{}); !errors.Is(err, errNoLoadMetrics) {
 		t.Fatalf("metrics of another server: err %v, want errNoLoadMetrics", err)
 	}
-	if _, err := parseLoad([]byte("<html>not metrics</html>")); err == nil {
+	if _, err := parseLoad([]byte("<html>not metrics</html>"), engine.LoadMetrics{}); err == nil {
 		t.Fatal("an HTML page parsed as metrics")
+	}
+}
+
+// TestParseLoadOfEachEngine reads each engine's series by its profile's
+// names, as the engines name them (see engine.Profiles' sources).
+func TestParseLoadOfEachEngine(t *testing.T) {
+	for _, tc := range []struct {
+		engine engine.Name
+		text   string
+	}{
+		{engine.SGLang, "sglang:num_running_reqs{model_name=\"m\"} 30\nsglang:num_queue_reqs{model_name=\"m\"} 4\nsglang:token_usage{model_name=\"m\"} 0.5\n"},
+		{engine.TRTLLM, "trtllm_num_requests_running{model_name=\"m\",engine_type=\"trtllm\"} 30\ntrtllm_num_requests_waiting{model_name=\"m\",engine_type=\"trtllm\"} 4\ntrtllm_kv_cache_utilization{model_name=\"m\",engine_type=\"trtllm\"} 0.5\n"},
+		{engine.LlamaCpp, "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 30\nllamacpp:requests_deferred 4\nllamacpp:kv_cache_usage_ratio 0.5\n"},
+	} {
+		p, err := engine.Lookup(string(tc.engine))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := parseLoad([]byte(tc.text), p.Load)
+		if err != nil || got.Running != 30 || got.Waiting != 4 || got.KVUsage != 0.5 {
+			t.Errorf("%s: %+v, %v", tc.engine, got, err)
+		}
+		if _, err := parseLoad([]byte(tc.text), engine.LoadMetrics{}); !errors.Is(err, errNoLoadMetrics) {
+			t.Errorf("%s's metrics read with vLLM's names: err %v, want errNoLoadMetrics", tc.engine, err)
+		}
 	}
 }

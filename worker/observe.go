@@ -85,7 +85,7 @@ func (c *controller) readLoad(ctx context.Context) policy.LoadReading {
 	text, err := mr.ServerMetrics(rctx)
 	var load policy.Load
 	if err == nil {
-		load, err = parseLoad(text)
+		load, err = parseLoad(text, c.cfg.LoadMetrics)
 	}
 	if err != nil {
 		var apiErr *openai.APIError

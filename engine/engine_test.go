@@ -1,0 +1,137 @@
+package engine_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/engine"
+	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/simulator"
+	"github.com/aerie-dev/aerie/simulator/simtest"
+)
+
+// sim serves the simulator speaking as cfg.Engine and returns a client
+// for it.
+func sim(t *testing.T, cfg simulator.Config) *openai.Client {
+	t.Helper()
+	c, err := openai.New(openai.Config{BaseURL: simtest.Serve(t, cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestDetectEachDialect(t *testing.T) {
+	for _, name := range simulator.Engines() {
+		t.Run(name, func(t *testing.T) {
+			c := sim(t, simulator.Config{Engine: name})
+			f, err := engine.Detect(ctx(t), c, "auto")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(f.Name) != name || !strings.Contains(f.By, "owned_by") {
+				t.Fatalf("found %s by %s, want %s by owned_by", f.Name, f.By, name)
+			}
+			if f.MetricsOn == nil || !*f.MetricsOn {
+				t.Errorf("%s: load metrics not found at %s", name, f.Load.Path)
+			}
+		})
+	}
+}
+
+func TestDetectReadsSGLangSettings(t *testing.T) {
+	c := sim(t, simulator.Config{Engine: simulator.EngineSGLang, NoMetrics: true})
+	f, err := engine.Detect(ctx(t), c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.PriorityOn == nil || *f.PriorityOn || f.MetricsOn == nil || *f.MetricsOn {
+		t.Fatalf("priority on %v, metrics on %v: want both read as off", f.PriorityOn, f.MetricsOn)
+	}
+	plan := f.Plan(engine.Wants{Priority: 10, AutoWindow: true})
+	var refused, unsure []string
+	for _, l := range plan {
+		switch l.Verdict {
+		case engine.Refused:
+			refused = append(refused, l.Feature)
+		case engine.Unsure:
+			unsure = append(unsure, l.Feature)
+		}
+	}
+	if strings.Join(refused, ",") != "priority" || strings.Join(unsure, ",") != "load metrics" {
+		t.Fatalf("refused %v, unsure %v; want priority refused (--enable-priority-scheduling), load metrics unsure", refused, unsure)
+	}
+}
+
+// A server that shows nothing of its engine (a proxy, say) is an error
+// that says to give --engine; given, the engine is taken as named.
+func TestUnknownServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			_, _ = w.Write([]byte(`{"object":"list","data":[{"id":"m","owned_by":"litellm"}]}`))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := openai.New(openai.Config{BaseURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Await(ctx(t), c, "auto", nil); err == nil || !strings.Contains(err.Error(), "give --engine") {
+		t.Fatalf("err %v, want one that says to give --engine", err)
+	}
+	f, err := engine.Detect(ctx(t), c, "SGLang")
+	if err != nil || f.Name != engine.SGLang || f.By != "--engine sglang" {
+		t.Fatalf("given: %+v, %v", f, err)
+	}
+	if _, err := engine.Await(ctx(t), c, "tgi", nil); err == nil || !strings.Contains(err.Error(), "unknown engine") {
+		t.Fatalf("an unknown name: %v", err)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	on := true
+	for _, tc := range []struct {
+		engine  engine.Name
+		want    engine.Wants
+		verdict map[string]engine.Verdict
+	}{
+		{engine.VLLM, engine.Wants{TokenIDs: true, Priority: 10, Samples: 4},
+			map[string]engine.Verdict{"token ids": engine.Works, "priority": engine.Works, "samples": engine.Works}},
+		{engine.SGLang, engine.Wants{TokenIDs: true, Samples: 4},
+			map[string]engine.Verdict{"token ids": engine.Adapted, "samples": engine.Works}},
+		{engine.TRTLLM, engine.Wants{TokenIDs: true, Priority: 10},
+			map[string]engine.Verdict{"token ids": engine.Refused, "priority": engine.Unsure}},
+		{engine.LlamaCpp, engine.Wants{Priority: 10, Samples: 4},
+			map[string]engine.Verdict{"priority": engine.Refused, "samples": engine.Adapted}},
+	} {
+		p, err := engine.Lookup(string(tc.engine))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := engine.Found{Profile: p, MetricsOn: &on}
+		got := map[string]engine.Verdict{}
+		for _, l := range f.Plan(tc.want) {
+			got[l.Feature] = l.Verdict
+			if l.Verdict == engine.Refused && l.Fix == "" {
+				t.Errorf("%s: %s refused without a fix", tc.engine, l.Feature)
+			}
+		}
+		for feature, v := range tc.verdict {
+			if got[feature] != v {
+				t.Errorf("%s %s: %v, want %v", tc.engine, feature, got[feature], v)
+			}
+		}
+	}
+}
