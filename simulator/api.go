@@ -90,9 +90,11 @@ type chatRequest struct {
 	ReasoningEffort     *string         `json:"reasoning_effort"`
 	ChatTemplateKwargs  json.RawMessage `json:"chat_template_kwargs"`
 	ReturnTokenIDs      *bool           `json:"return_token_ids"`
-	// Priority is vLLM's request priority: lower is served first under
-	// --scheduling-policy priority; anything but 0 is refused otherwise.
-	Priority *int `json:"priority"`
+	// Priority is the request's priority, read by the dialect
+	// (dialect.queueKey): vLLM's integer, lower first, refused other than
+	// 0 without --scheduling-policy priority; SGLang's integer, higher
+	// first; TensorRT-LLM's number in [0, 1], higher first.
+	Priority json.RawMessage `json:"priority"`
 	// N is how many answers to sample (parallel sampling); nil means 1.
 	N             *int           `json:"n"`
 	Stream        bool           `json:"stream"`
@@ -134,6 +136,8 @@ type completionChoice struct {
 	Message      responseMessage `json:"message"`
 	Logprobs     *struct{}       `json:"logprobs"`
 	FinishReason string          `json:"finish_reason"`
+	// PromptTokenIDs is where SGLang puts the prompt's ids.
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
 	// TokenIDs is sent when the request had return_token_ids: one id per
 	// completion token.
 	TokenIDs []int `json:"token_ids,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -114,6 +115,21 @@ type Config struct {
 	// preempts the running request of the lowest priority (the highest
 	// value), the latest to arrive among equals, as vLLM's scheduler.
 	SchedulingPolicy string
+
+	// Engine is the engine the server speaks as: EngineVLLM (empty, the
+	// default), EngineSGLang, EngineTRTLLM or EngineLlamaCpp. It sets
+	// owned_by in /v1/models, the reasoning field (unless ReasoningField
+	// says), how the priority field reads (SchedulingPolicy priority
+	// turns priority scheduling on for each: SGLang's
+	// --enable-priority-scheduling, TensorRT-LLM's priority queue
+	// policy), where token ids come back, whether n above 1 and fields
+	// the engine does not know are refused, and the names and path of
+	// the metrics. docs/simulator.md lists each dialect with its source.
+	Engine string
+
+	// NoMetrics serves no Prometheus metrics, as SGLang without
+	// --enable-metrics or llama.cpp without --metrics.
+	NoMetrics bool
 
 	// Speed scales time: 200 means simulated time runs 200 times faster
 	// than wall time. Default 1 (real time).
@@ -250,8 +266,14 @@ func (c Config) WithDefaults() Config {
 	if c.Speed == 0 {
 		c.Speed = DefaultSpeed
 	}
+	if c.Engine == "" {
+		c.Engine = EngineVLLM
+	}
 	if c.ReasoningField == "" {
 		c.ReasoningField = DefaultReasoningField
+		if d, ok := dialects[c.Engine]; ok {
+			c.ReasoningField = d.reasoning
+		}
 	}
 	if c.StepBase == 0 {
 		c.StepBase = DefaultStepBase
@@ -289,6 +311,9 @@ func (c Config) Validate() error {
 	}
 	if c.Model == "" {
 		bad("model must not be empty")
+	}
+	if _, ok := dialects[c.Engine]; !ok && c.Engine != "" {
+		bad("engine %q: use one of %s", c.Engine, strings.Join(Engines(), ", "))
 	}
 	if c.SchedulingPolicy != "" && c.SchedulingPolicy != SchedulingFCFS && c.SchedulingPolicy != SchedulingPriority {
 		bad("scheduling policy %q: use %s or %s", c.SchedulingPolicy, SchedulingFCFS, SchedulingPriority)

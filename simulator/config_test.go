@@ -11,7 +11,7 @@ func TestWithDefaults(t *testing.T) {
 	got := Config{}.WithDefaults()
 	want := Config{
 		Model: DefaultModel, MaxModelLen: DefaultMaxModelLen, MaxNumSeqs: DefaultMaxNumSeqs,
-		Speed: DefaultSpeed, ReasoningField: DefaultReasoningField,
+		Engine: EngineVLLM, Speed: DefaultSpeed, ReasoningField: DefaultReasoningField,
 		StepBase: DefaultStepBase, StepPerSeq: DefaultStepPerSeq, PrefillPerToken: DefaultPrefillPerToken,
 		OutputMedian: DefaultOutputMedian, OutputSigma: DefaultOutputSigma,
 		ReasoningShare: DefaultReasoningShare, KVCacheTokens: DefaultKVCacheTokens, PrefixCache: DefaultPrefixCache,

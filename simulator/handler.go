@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -42,6 +43,8 @@ type job struct {
 	model     string // the served model's name when the request came
 	sampling  sampling
 	key       uint64 // requestKey: the request's deterministic identity
+	// priority is the request's queue key, lower first (dialect.queueKey).
+	priority int
 
 	// outage is closed once an outage is on; the request is then cut.
 	outage <-chan struct{}
@@ -125,9 +128,7 @@ func (s *Server) children(j *job) []*sequence {
 		}
 		seq := newSequence(j.prompt, s.cfg.planAnswer(sp.answerHash(key), &sp, j.maxTokens))
 		seq.prefix = prefix
-		if j.req.Priority != nil {
-			seq.priority = *j.req.Priority
-		}
+		seq.priority = j.priority
 		seqs[k] = seq
 	}
 	return seqs
@@ -149,8 +150,11 @@ func contextLengthError(maxLen, prompt int, limit *int) *requestError {
 // order: model, then messages and options, then the context length.
 func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *requestError) {
 	var req chatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err := dec.Decode(&req); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, badRequest("", "Request body is larger than %d bytes.", tooBig.Limit)
@@ -161,6 +165,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 				wrongType.Field, jsonTypeName(wrongType.Type.Kind()), wrongType.Value)
 		}
 		return nil, badRequest("", "Invalid JSON in request body: %v", err)
+	}
+	if bad := s.dialect.unknownFields(body); len(bad) > 0 {
+		return nil, extraForbidden(bad)
 	}
 	model := s.model.get()
 	if req.Model != "" && req.Model != model {
@@ -173,6 +180,12 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "Stream options can only be defined when `stream=True`.")
 	}
+	switch returnIDs := req.ReturnTokenIDs != nil && *req.ReturnTokenIDs; {
+	case returnIDs && req.Stream && s.dialect.tokenIDs == idsUnstreamed:
+		return nil, badRequest("", "return_token_ids is not supported with streaming on /v1/chat/completions. Please set stream=false when using return_token_ids=true.")
+	case s.dialect.tokenIDs == idsNone:
+		req.ReturnTokenIDs = nil // not a field of this engine's chat: ignored
+	}
 	sp, rerr := parseSampling(&req)
 	if rerr != nil {
 		return nil, rerr
@@ -180,11 +193,15 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 	if req.N != nil && (*req.N < 1 || *req.N > maxN) {
 		return nil, badRequest("n", "n must be between 1 and %d, got %d.", maxN, *req.N)
 	}
-	if req.Priority != nil && *req.Priority != 0 && s.cfg.SchedulingPolicy != SchedulingPriority {
-		return nil, badRequest("", "Got priority %d but Priority scheduling is not enabled.", *req.Priority)
+	if req.N != nil && *req.N > 1 && s.dialect.oneAnswer {
+		return nil, badRequest("n", "Only one completion choice is allowed")
+	}
+	priority, rerr := s.dialect.queueKey(req.Priority, s.cfg.SchedulingPolicy == SchedulingPriority)
+	if rerr != nil {
+		return nil, rerr
 	}
 
-	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model, sampling: sp}
+	j := &job{req: req, prompt: promptTokens(req.Messages), created: time.Now().Unix(), model: model, sampling: sp, priority: priority}
 	j.key = s.cfg.requestKey(req.Messages, &j.sampling)
 	j.limit = req.MaxTokens
 	if req.MaxCompletionTokens != nil {
@@ -254,8 +271,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seqs [
 		SystemFingerprint: schema.SimulatedFingerprint,
 		Choices:           make([]completionChoice, 0, len(seqs)),
 	}
+	var promptIDs []int
 	if j.sampling.tokenIDs {
-		resp.PromptTokenIDs = promptTokenIDs(j.req.Messages)
+		promptIDs = promptTokenIDs(j.req.Messages)
+		if s.dialect.tokenIDs != idsUnstreamed {
+			resp.PromptTokenIDs = promptIDs
+		}
 	}
 	total := 0
 	inline := s.cfg.ReasoningField == ReasoningFieldThink
@@ -279,6 +300,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, j *job, seqs [
 		c := completionChoice{Index: k, Message: msg, FinishReason: a.finishReason}
 		if j.sampling.tokenIDs {
 			c.TokenIDs = appendTokenIDs(make([]int, 0, a.tokens), a, 0, a.tokens)
+			if s.dialect.tokenIDs == idsUnstreamed {
+				c.PromptTokenIDs = promptIDs
+			}
 		}
 		resp.Choices = append(resp.Choices, c)
 	}

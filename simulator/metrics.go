@@ -30,26 +30,29 @@ type collector struct {
 	faultsInjected             *prometheus.Desc
 }
 
-func newCollector(eng *engine, counts *faultCounts, model func() string) *collector {
+func newCollector(eng *engine, counts *faultCounts, model func() string, n metricNames) *collector {
 	desc := func(name, help string, variable ...string) *prometheus.Desc {
+		if name == "" {
+			return nil // a series this engine does not have
+		}
 		return prometheus.NewDesc(name, help, append([]string{"model_name", "engine"}, variable...), nil)
 	}
 	return &collector{
 		eng:     eng,
 		counts:  counts,
 		model:   model,
-		running: desc("vllm:num_requests_running", "Number of requests in model execution batches."),
-		waiting: desc("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-		waitingByReason: desc("vllm:num_requests_waiting_by_reason",
+		running: desc(n.running, "Number of requests in model execution batches."),
+		waiting: desc(n.waiting, "Number of requests waiting to be processed."),
+		waitingByReason: desc(n.waitingByReason,
 			"Number of waiting requests by reason. 'capacity' waits for scheduling capacity; 'deferred' for transient constraints.", "reason"),
-		kvUsage:       desc("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		preemptions:   desc("vllm:num_preemptions_total", "Cumulative number of preemption from the engine."),
-		genTokens:     desc("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		promptTokens:  desc("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		prefixQueries: desc("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache."),
-		prefixHits:    desc("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache, which were not prefilled again."),
-		successTotal:  desc("vllm:request_success_total", "Count of successfully processed requests.", "finished_reason"),
-		ttft:          desc("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+		kvUsage:       desc(n.kvUsage, "KV-cache usage. 1 means 100 percent usage."),
+		preemptions:   desc(n.preemptions, "Cumulative number of preemption from the engine."),
+		genTokens:     desc(n.genTokens, "Number of generation tokens processed."),
+		promptTokens:  desc(n.promptTokens, "Number of prefill tokens processed."),
+		prefixQueries: desc(n.prefixQueries, "Prompt tokens looked up in the prefix cache."),
+		prefixHits:    desc(n.prefixHits, "Prompt tokens found in the prefix cache, which were not prefilled again."),
+		successTotal:  desc(n.successTotal, "Count of successfully processed requests.", "finished_reason"),
+		ttft:          desc(n.ttft, "Histogram of time to first token in seconds."),
 		faultsInjected: prometheus.NewDesc("aerie_sim_faults_injected_total",
 			"Faults injected by the simulator, by kind.", []string{"kind"}, nil),
 	}
@@ -57,7 +60,9 @@ func newCollector(eng *engine, counts *faultCounts, model func() string) *collec
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.waitingByReason, c.kvUsage, c.preemptions, c.genTokens, c.promptTokens, c.prefixQueries, c.prefixHits, c.successTotal, c.ttft, c.faultsInjected} {
-		ch <- d
+		if d != nil {
+			ch <- d
+		}
 	}
 }
 
@@ -65,10 +70,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	st, byReason := c.eng.snapshot()
 	model := c.model()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{model, engineLabel}, labels...)...)
+		if d != nil {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{model, engineLabel}, labels...)...)
+		}
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{model, engineLabel}, labels...)...)
+		if d != nil {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{model, engineLabel}, labels...)...)
+		}
 	}
 	gauge(c.running, float64(st.Running))
 	gauge(c.waiting, float64(st.Waiting))
@@ -89,8 +98,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range reasons {
 		counter(c.successTotal, float64(byReason[r]), r)
 	}
-	count, sum, buckets := c.eng.ttftSnapshot()
-	ch <- prometheus.MustNewConstHistogram(c.ttft, count, sum, buckets, model, engineLabel)
+	if c.ttft != nil {
+		count, sum, buckets := c.eng.ttftSnapshot()
+		ch <- prometheus.MustNewConstHistogram(c.ttft, count, sum, buckets, model, engineLabel)
+	}
 	for k := faultNone + 1; k < numFaultKinds; k++ {
 		ch <- prometheus.MustNewConstMetric(c.faultsInjected, prometheus.CounterValue, float64(c.counts[k].Load()), faultLabels[k])
 	}

@@ -26,6 +26,8 @@ type Server struct {
 	model    *servedModel
 	apiKey   apiKey
 	files    *fileFaulter
+	// dialect is the engine the server speaks as (Config.Engine).
+	dialect dialect
 
 	ran      atomic.Bool
 	stopping chan struct{} // closed when the server stops: hung requests end
@@ -48,11 +50,12 @@ func New(cfg Config) (*Server, error) {
 		outages:  newOutageSwitch(cfg.Speed, counts),
 		model:    newServedModel(cfg.Model),
 		files:    &fileFaulter{faults: cfg.FileFaults},
+		dialect:  dialects[cfg.Engine],
 		stopping: make(chan struct{}),
 	}
 	s.apiKey.set(cfg.APIKey)
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(newCollector(s.eng, counts, s.model.get)); err != nil {
+	if err := reg.Register(newCollector(s.eng, counts, s.model.get, s.dialect.metrics)); err != nil {
 		return nil, fmt.Errorf("simulator: registering metrics: %w", err)
 	}
 	mux := http.NewServeMux()
@@ -60,7 +63,15 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if !cfg.NoMetrics {
+		mux.Handle("GET "+s.dialect.metricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if p := s.dialect.jsonMetrics; p != "" {
+			mux.HandleFunc("GET "+p, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, []any{}) })
+		}
+	}
+	if s.dialect.serverInfo {
+		mux.HandleFunc("GET /get_server_info", s.serveServerInfo)
+	}
 	mux.HandleFunc("POST /admin/outage", s.handleOutageStart)
 	mux.HandleFunc("DELETE /admin/outage", s.handleOutageEnd)
 	mux.HandleFunc("GET /admin/faults", s.handleFaults)
@@ -152,7 +163,7 @@ func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
 			ID:          name,
 			Object:      "model",
 			Created:     s.created,
-			OwnedBy:     "vllm",
+			OwnedBy:     s.dialect.ownedBy,
 			Root:        name,
 			MaxModelLen: s.cfg.MaxModelLen,
 		}},
