@@ -220,6 +220,35 @@ chaos:
 chaos-short:
 	$(GO) test -count=1 -v -short -timeout 8m -run '^(TestChaosShort(Turns|Shared|Samples|HiddenStates)?|TestClusterShort)$$' ./internal/chaos/
 
+# Every engine's dialect of the simulator (docs/engines.md) at 3,000
+# prompts per cell: exactly once under 10% of 429, 503 and in-band
+# errors, with a fixed window and with --window auto. make test runs the
+# same cells at 150 prompts.
+ENGINE_PROMPTS ?= 3000
+.PHONY: engines
+
+engines:
+	AERIE_ENGINE_PROMPTS=$(ENGINE_PROMPTS) $(GO) test -count=1 -v -timeout 30m -run '^TestExactlyOnceOnEveryEngine$$' ./pipeline/
+
+# deploy/slurm's job scripts against a real Slurm on this machine
+# (internal/slurm): Debian's slurmctld, slurmd and munge, started as
+# root by the test and stopped by PID; a 3,000-prompt run through sbatch
+# with a worker job cancelled mid-run and submitted again. As root with
+# apt-get it installs slurm-wlm and munge when they are missing; without
+# root or the packages the test says why it skips. About a minute.
+.PHONY: slurm
+
+slurm:
+	@if [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/munged ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing slurm-wlm and munge for the Slurm test"; \
+			(apt-get install -y slurm-wlm munge >/dev/null 2>&1 || \
+			 (apt-get update >/dev/null 2>&1 && apt-get install -y slurm-wlm munge >/dev/null 2>&1)) || \
+			echo "could not install slurm-wlm and munge: the Slurm test will skip"; \
+		fi; \
+	fi
+	AERIE_SLURM=1 $(GO) test -count=1 -v -timeout 10m ./internal/slurm/
+
 # The upgrade tests (internal/upgrade/): real binaries of three builds,
 # the release before feature checks (built from a git worktree of its
 # commit), today's, and today's with a test-only feature, on runs that

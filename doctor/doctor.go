@@ -113,6 +113,9 @@ type Config struct {
 	// Backend is the OpenAI-compatible base URL of the LLM server, e.g.
 	// http://127.0.0.1:8000. Empty skips the backend checks.
 	Backend string
+	// Engine names the engine that serves Backend (engine.Names); empty
+	// or "auto" tells it from what the server shows (engine.Detect).
+	Engine string
 	// APIKey is sent to the backend. It never appears in a report, even
 	// when the backend echoes it back.
 	APIKey string
@@ -239,6 +242,7 @@ var checks = []check{
 	{"fleet", checkTimeout, false, checkFleet},
 	{"backend", backendTimeout, true, checkHealth},
 	{"model", backendTimeout, true, checkModel},
+	{"engine", backendTimeout, true, checkEngine},
 	{"context-length", scanTimeout, false, checkContextLength},
 	{"completion", answerTimeout, true, checkCompletion},
 	{"priority", answerTimeout, true, checkPriority},

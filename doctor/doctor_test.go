@@ -173,7 +173,7 @@ func expect(t *testing.T, rep doctor.Report, name string, st doctor.Status, text
 }
 
 var allChecks = []string{
-	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "fleet", "backend", "model",
+	"nats", "permissions", "jetstream", "streams", "manifest", "consumer", "fleet", "backend", "model", "engine",
 	"context-length", "completion", "priority", "data-dir", "disk-space", "store-space", "units", "extraction", "extract-space",
 }
 
@@ -280,7 +280,7 @@ func TestPreflight(t *testing.T) {
 	for _, r := range pe.Report.Checks {
 		names = append(names, r.Name)
 	}
-	want := "nats permissions jetstream manifest backend model completion priority data-dir disk-space extraction extract-space"
+	want := "nats permissions jetstream manifest backend model engine completion priority data-dir disk-space extraction extract-space"
 	if got := strings.Join(names, " "); got != want {
 		t.Errorf("preflight ran %q, want %q", got, want)
 	}

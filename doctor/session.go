@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 )
@@ -35,6 +36,9 @@ type session struct {
 	clientErr error          // why client is nil although Backend is set
 	models    []openai.Model // what the backend serves, once listed
 	listed    bool           // models holds the backend's answer
+	// engine is the backend's engine once the engine check found it;
+	// client then speaks its dialect.
+	engine *engine.Found
 
 	// prompts is the valid prompts in PromptsFile once scanned, and
 	// turns their turns to generate with --turns all (prompts without).

@@ -26,6 +26,7 @@ import (
 	"github.com/aerie-dev/aerie/aggregator"
 	"github.com/aerie-dev/aerie/broker"
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/fsmode"
 	"github.com/aerie-dev/aerie/metrics"
 	"github.com/aerie-dev/aerie/openai"
@@ -45,8 +46,12 @@ type Config struct {
 	// Backend is an OpenAI-compatible base URL; empty starts the simulator
 	// configured by Sim.
 	Backend string
-	APIKey  string
-	Sim     simulator.Config
+	// Engine names the backend's engine (engine.Names), or "" or "auto"
+	// to tell it from what the server shows. The built-in simulator
+	// speaks the dialect Sim.Engine names.
+	Engine string
+	APIKey string
+	Sim    simulator.Config
 	// Model defaults to the simulator's model, or to the backend's only
 	// model. A Model the backend does not serve is an error before
 	// anything is queued.
@@ -242,6 +247,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.Extraction != nil {
 		cfg.maxInput, cfg.checkIDs = max(be.maxInput-1, 0), be.checkIDs
 	}
+	cfg.Worker.LoadMetrics = be.engine.Load
 	if cfg.Preflight != nil {
 		if err := cfg.Preflight(ctx, srv.ClientURL(), be.url, be.model); err != nil {
 			return nil, err
@@ -376,6 +382,8 @@ type backend struct {
 	client    *openai.Client
 	model     string
 	simulated bool // the built-in simulator, started by Run
+	// engine is the server's engine; client speaks its dialect.
+	engine engine.Found
 	// maxInput is the model's max_model_len (0: not reported), and
 	// checkIDs asks the backend about a token id; extraction runs only.
 	maxInput int
@@ -432,6 +440,15 @@ func startBackend(ctx, simCtx context.Context, wg *sync.WaitGroup, cfg Config, l
 	if err != nil {
 		return nil, err
 	}
+	// The engine is told after the model check, which names what is
+	// served when the model is wrong; the client then speaks its dialect.
+	if be.engine, err = engine.Detect(ctx, be.client, cfg.Engine); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if be.client, err = openai.New(openai.Config{BaseURL: be.url, APIKey: cfg.APIKey, Dialect: be.engine.Dialect}); err != nil {
+		return nil, err
+	}
+	log.Info("engine", "engine", be.engine.Name, "by", be.engine.By)
 	if cfg.Extraction != nil {
 		models, err := be.client.Models(ctx)
 		if err != nil {

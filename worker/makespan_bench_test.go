@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/schema"
@@ -41,6 +42,17 @@ var makespanSpeed = func() float64 {
 	return 5
 }()
 
+// benchEngine is the engine whose dialect the benchmarks' simulators
+// speak and whose profile their workers use: vLLM unless
+// AERIE_BENCH_ENGINE names another (docs/engines.md).
+var benchEngine = func() engine.Profile {
+	p, err := engine.Lookup(os.Getenv("AERIE_BENCH_ENGINE"))
+	if err != nil {
+		return engine.Default()
+	}
+	return p
+}()
+
 var makespanServers = []simulator.Config{
 	{Model: "test-model", MaxNumSeqs: 384, StepBase: 20 * time.Millisecond},
 	{Model: "test-model", MaxNumSeqs: 96, StepBase: 60 * time.Millisecond},
@@ -62,6 +74,7 @@ var makespanSigma = func() float64 {
 // answer alone is the lower bound.
 func makespanSim(c simulator.Config) simulator.Config {
 	c.Speed = makespanSpeed
+	c.Engine = string(benchEngine.Name)
 	c.StepPerSeq, c.PrefillPerToken = -1, -1
 	c.OutputSigma = makespanSigma
 	c.ReasoningShare = -1
@@ -100,8 +113,8 @@ func BenchmarkTwoBackendsMakespan(b *testing.B) {
 			name string
 			makespanRun
 		}{{"fixed 200", f}, {"auto", a}} {
-			b.Logf("speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs; each server's last answer at %v), lower bound %.0fs: %.2f; ideal length-blind schedule %.0fs: %.2f of it; handed back %d; held back %d times; final windows %v",
-				makespanSpeed, r.name, r.makespan, r.half, r.most, r.lastAnswers, r.bound, r.ratio(), r.ideal, r.ideal/r.makespan, r.handedBack, r.holds, r.windows)
+			b.Logf("%s, speed %g, %s: makespan %.0fs (half answered at %.0fs, 95%% at %.0fs; each server's last answer at %v), lower bound %.0fs: %.2f; ideal length-blind schedule %.0fs: %.2f of it; handed back %d; held back %d times; final windows %v",
+				benchEngine.Title, makespanSpeed, r.name, r.makespan, r.half, r.most, r.lastAnswers, r.bound, r.ratio(), r.ideal, r.ideal/r.makespan, r.handedBack, r.holds, r.windows)
 		}
 		fixed, auto = append(fixed, f.ratio()), append(auto, a.ratio())
 		ideal, ofIdeal = append(ideal, a.bound/a.ideal), append(ofIdeal, a.ideal/a.makespan)
@@ -265,12 +278,13 @@ func startSims(b *testing.B, js jetstream.JetStream, base worker.Config, sims []
 	base.PullWait = scale(worker.DefaultPullWait)
 	var ws []*worker.Worker
 	for i, sc := range sims {
-		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, sc)})
+		client, err := openai.New(openai.Config{BaseURL: simtest.Serve(b, sc), Dialect: benchEngine.Dialect})
 		if err != nil {
 			b.Fatal(err)
 		}
 		cfg := base
 		cfg.Name = fmt.Sprintf("server%d", i)
+		cfg.LoadMetrics = benchEngine.Load
 		w, err := worker.New(cfg, js, client)
 		if err != nil {
 			b.Fatal(err)

@@ -42,8 +42,8 @@ func BenchmarkServing(b *testing.B) {
 		alone := servingPhase(b, true, false, false)
 		plain := servingPhase(b, true, false, true)
 		yield := servingPhase(b, true, true, true)
-		b.Logf("speed %g: probe p95 time to first token idle %v; batch alone %.0f tok/s; without yielding: probe p95 %v (%.2f x idle), batch %.0f tok/s (%.2f of alone); with --yield-to-serving: probe p95 %v (%.2f x idle), batch %.0f tok/s (%.2f of alone), window cap at the end %d",
-			makespanSpeed, idle.p95, alone.rate, plain.p95, ratio(plain.p95, idle.p95), plain.rate, plain.rate/alone.rate,
+		b.Logf("%s, speed %g: probe p95 time to first token idle %v; batch alone %.0f tok/s; without yielding: probe p95 %v (%.2f x idle), batch %.0f tok/s (%.2f of alone); with --yield-to-serving: probe p95 %v (%.2f x idle), batch %.0f tok/s (%.2f of alone), window cap at the end %d",
+			benchEngine.Title, makespanSpeed, idle.p95, alone.rate, plain.p95, ratio(plain.p95, idle.p95), plain.rate, plain.rate/alone.rate,
 			yield.p95, ratio(yield.p95, idle.p95), yield.rate, yield.rate/alone.rate, yield.window)
 		plainTTFT, plainRate = append(plainTTFT, ratio(plain.p95, idle.p95)), append(plainRate, plain.rate/alone.rate)
 		yieldTTFT, yieldRate = append(yieldTTFT, ratio(yield.p95, idle.p95)), append(yieldRate, yield.rate/alone.rate)
@@ -79,11 +79,11 @@ func servingPhase(b *testing.B, batch, yield, probing bool) servingResult {
 		}
 		// More than the server answers in the phase.
 		brokertest.Queue(b, js, schema.Manifest{Run: "batch", Model: "test-model"}, brokertest.Prompts(2000))
-		client, err := openai.New(openai.Config{BaseURL: url})
+		client, err := openai.New(openai.Config{BaseURL: url, Dialect: benchEngine.Dialect})
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg := worker.Config{Run: "batch", Name: "batch", AutoWindow: true, YieldToServing: yield, Logger: quiet,
+		cfg := worker.Config{Run: "batch", Name: "batch", AutoWindow: true, YieldToServing: yield, Logger: quiet, LoadMetrics: benchEngine.Load,
 			WindowPoll: sim(worker.DefaultWindowPoll), Heartbeat: sim(worker.DefaultHeartbeat), PullWait: sim(worker.DefaultPullWait),
 			HandBackAfter: -1}
 		if w, err = worker.New(cfg, js, client); err != nil {

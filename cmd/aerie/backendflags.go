@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/openai"
 )
 
@@ -85,4 +86,10 @@ func defaultStore() string {
 		return filepath.Join(dir, "nats")
 	}
 	return "./data/nats"
+}
+
+// addEngineFlag declares --engine, defaulting to AERIE_ENGINE, then auto.
+func addEngineFlag(fs *flag.FlagSet) *string {
+	return fs.String("engine", envOr("AERIE_ENGINE", "auto"),
+		"the engine serving --backend: "+strings.Join(engine.Names(), ", ")+", or auto to tell it from what the server shows (its /v1/models owned_by, its metric names, SGLang's /get_server_info); it sets the request fields, the priority scale, how token ids and several samples are asked for, and the metrics --window auto reads (env AERIE_ENGINE)")
 }

@@ -28,6 +28,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	yieldToServing := fs.Bool("yield-to-serving", false, "the workers will run with --yield-to-serving: the test completion carries their priority, and the backend must run vLLM's --scheduling-policy priority")
 	batchPriority := fs.Int("batch-priority", worker.DefaultBatchPriority, "with --yield-to-serving, the workers' --batch-priority")
 	bf := addBackendFlags(fs, "", "empty: skip the backend checks")
+	engineName := addEngineFlag(fs)
 	backendWait := addBackendWaitFlag(fs)
 	dataDir := addDataDirFlag(fs, "", "checks that <data-dir>/<run> is writable and has room; empty: skip")
 	prompts := fs.String("prompts", "", "JSONL prompts file: every prompt plus max_tokens must fit the model's max_model_len (empty: skip)")
@@ -73,7 +74,7 @@ func cmdDoctor(ctx context.Context, args []string) error {
 		Role: role, Run: *run, Model: *model, ReturnTokenIDs: *returnTokenIDs,
 		TurnsAll: *turns == schema.TurnsAll, Samples: *samples, MaxTokens: *maxTokens,
 		YieldToServing: *yieldToServing, BatchPriority: *batchPriority,
-		Backend: bf.url, APIKey: key,
+		Backend: bf.url, Engine: *engineName, APIKey: key,
 		DataDir: *dataDir, PromptsFile: *prompts,
 		Workers: *workers, Window: window.size, AutoWindow: window.auto, MaxWindow: window.max, Units: *units,
 		CheckTimeout: *timeout, CompletionTimeout: *completion,

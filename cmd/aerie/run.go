@@ -21,6 +21,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	prompts := fs.String("prompts", "", "JSONL file of prompts")
 	dataDir := addDataDirFlag(fs, "./data", "the embedded NATS server's store is <data-dir>/nats")
 	bf := addBackendFlags(fs, "", "empty: the built-in simulator (--sim-* flags)")
+	engineName := addEngineFlag(fs)
 	backendWait := addBackendWaitFlag(fs)
 	workers := fs.Int("workers", 1, "workers in this process")
 	wf := addWorkerFlags(fs)
@@ -110,7 +111,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	}
 	sum, err := pipeline.Run(ctx, pipeline.Config{
 		Run: *run, PromptsFile: *prompts, DataDir: *dataDir,
-		Backend: bf.url, APIKey: key, Sim: *sim,
+		Backend: bf.url, Engine: *engineName, APIKey: key, Sim: *sim,
 		Model: sf.model, Params: sf.params(), Policy: policy,
 		Turns: sf.turns, ContextReasoning: sf.contextReasoning, Samples: sf.samples, ReturnTokenIDs: sf.returnTokenIDs, Needs: sf.needs.v,
 		Task: task, Extraction: extraction, VocabSize: tf.vocabSize,
@@ -120,9 +121,9 @@ func cmdRun(ctx context.Context, args []string) error {
 		Progress: progress, OnEvent: display.Event, Observer: page, Logger: log,
 		Preflight: func(ctx context.Context, natsURL, backendURL, model string) error {
 			return doctor.Preflight(ctx, doctor.Config{
-				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, APIKey: key,
+				NATSURL: natsURL, Run: *run, Model: model, Backend: backendURL, Engine: *engineName, APIKey: key,
 				BackendWait: bwait, Log: log,
-				DataDir: *dataDir, Workers: *workers, Window: wc.Window, ReturnTokenIDs: sf.returnTokenIDs,
+				DataDir: *dataDir, Workers: *workers, Window: wc.Window, AutoWindow: wc.AutoWindow, ReturnTokenIDs: sf.returnTokenIDs, Samples: sf.samples,
 				YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority,
 				Extraction: extraction, PromptsFile: extractionPrompts,
 			})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/doctor"
+	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/worker"
@@ -24,6 +25,7 @@ func cmdWork(ctx context.Context, args []string) error {
 	exitWhenDone := fs.Bool("exit-when-done", false, "with --run, exit once the run is done: its aggregator has written every prompt's outcome and nothing is left to deliver (default: keep waiting for replays)")
 	allRuns := fs.Bool("all-runs", false, "serve every run of the model(s) the backend serves, runs produced after the worker started included; runs of other models are skipped, and `aerie status` says so")
 	bf := addBackendFlags(fs, "http://127.0.0.1:8000", "")
+	engineName := addEngineFlag(fs)
 	backendWait := addBackendWaitFlag(fs)
 	wf := addWorkerFlags(fs)
 	name := fs.String("name", "", "worker name in heartbeats and results (default <host>-<random>)")
@@ -74,9 +76,24 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	if err := preflightWorker(ctx, nf, wc, bf.url, key, bwait, log); err != nil {
+	if err := preflightWorker(ctx, nf, wc, bf.url, *engineName, key, bwait, log); err != nil {
 		return err
 	}
+	found, err := engine.Await(ctx, client, *engineName, func(err error) {
+		log.Warn("waiting for the backend to tell its engine", "err", err)
+	})
+	if err != nil {
+		return err
+	}
+	if refused := engine.Refusals(found.Plan(engine.Wants{Priority: wc.RequestPriority()})); len(refused) > 0 {
+		return fmt.Errorf("%s (%s) cannot serve these workers: %s", found.Title, found.By, refused[0])
+	}
+	oc.Dialect = found.Dialect
+	if client, err = openai.New(oc); err != nil {
+		return err
+	}
+	wc.LoadMetrics = found.Load
+	log.Info("engine", "engine", found.Name, "by", found.By)
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
 	if err != nil {
 		return err
@@ -110,13 +127,13 @@ func listedRuns(list string) ([]string, error) {
 // that what can be seen at T+0 is reported at T+0. A backend that is not
 // up yet is only a warning: vLLM takes minutes to load a model and the
 // worker waits for it; everything else stops the worker here.
-func preflightWorker(ctx context.Context, nf *natsFlags, wc worker.Config, backend, key string, backendWait time.Duration, log *slog.Logger) error {
+func preflightWorker(ctx context.Context, nf *natsFlags, wc worker.Config, backend, engineName, key string, backendWait time.Duration, log *slog.Logger) error {
 	natsOpts, err := nf.authOptions()
 	if err != nil {
 		return err
 	}
 	err = doctor.Preflight(ctx, doctor.Config{NATSURL: nf.url, NATSOptions: natsOpts, NATSWait: nf.wait(), BackendWait: backendWait, Log: log,
-		Role: auth.Worker, Run: wc.Run, Backend: backend, APIKey: key, Window: wc.Window,
+		Role: auth.Worker, Run: wc.Run, Backend: backend, Engine: engineName, APIKey: key, Window: wc.Window, AutoWindow: wc.AutoWindow,
 		YieldToServing: wc.YieldToServing, BatchPriority: wc.BatchPriority, Out: wc.Out, OutRoot: wc.DataDir})
 	var pe *doctor.PreflightError
 	if !errors.As(err, &pe) {
