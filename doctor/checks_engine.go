@@ -35,7 +35,7 @@ func checkEngine(ctx context.Context, s *session) Result {
 	if c, err := openai.New(openai.Config{BaseURL: s.cfg.Backend, APIKey: s.cfg.APIKey, Dialect: found.Dialect}); err == nil {
 		s.client = c
 	}
-	want := engine.Wants{TokenIDs: s.tokenIDs(), Samples: s.samples(), AutoWindow: s.cfg.AutoWindow}
+	want := engine.Wants{TokenIDs: s.tokenIDs(), Samples: s.samples(), AutoWindow: s.cfg.AutoWindow, Extraction: s.extraction() != nil}
 	if s.cfg.YieldToServing {
 		want.Priority = s.cfg.BatchPriority
 		if want.Priority == 0 {

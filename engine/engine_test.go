@@ -115,6 +115,8 @@ func TestPlan(t *testing.T) {
 			map[string]engine.Verdict{"token ids": engine.Refused, "priority": engine.Unsure}},
 		{engine.LlamaCpp, engine.Wants{Priority: 10, Samples: 4},
 			map[string]engine.Verdict{"priority": engine.Refused, "samples": engine.Adapted}},
+		{engine.VLLM, engine.Wants{Extraction: true}, map[string]engine.Verdict{"hidden states": engine.Works}},
+		{engine.SGLang, engine.Wants{Extraction: true}, map[string]engine.Verdict{"hidden states": engine.Refused}},
 	} {
 		p, err := engine.Lookup(string(tc.engine))
 		if err != nil {

@@ -17,6 +17,8 @@ type Wants struct {
 	// AutoWindow: the workers size their windows from the server's load
 	// (--window auto).
 	AutoWindow bool
+	// Extraction: a hidden-states run (--task hidden-states).
+	Extraction bool
 }
 
 // Verdict is what happens to a feature on an engine.
@@ -59,7 +61,7 @@ func (l Line) String() string {
 // for. A Refused line means the run must not start against f.
 func (f Found) Plan(w Wants) []Line {
 	lines := []Line{{Feature: "reasoning", Text: fmt.Sprintf("read from %q (the server needs %s)", f.Reasoning, f.ReasoningEnable)}}
-	lines = append(lines, f.tokenIDs(w), f.priority(w), f.samples(w), f.load(w))
+	lines = append(lines, f.tokenIDs(w), f.priority(w), f.samples(w), f.load(w), f.extraction(w))
 	errs := "in-band errors inside a 200 stream are tried again"
 	if !f.ErrorsInStream {
 		errs = "errors come as HTTP statuses"
@@ -149,6 +151,24 @@ func (f Found) load(w Wants) Line {
 		}
 	}
 	return l
+}
+
+func (f Found) extraction(w Wants) Line {
+	if !w.Extraction {
+		return Line{}
+	}
+	if f.Name == VLLM {
+		return Line{Feature: "hidden states", Text: "vLLM's extract_hidden_states method, through /v1/completions"}
+	}
+	return Line{Feature: "hidden states", Verdict: Refused,
+		Text: f.Title + " does not write hidden states to files as vLLM's extract_hidden_states method does",
+		Fix:  "extract with vLLM (docs: Extracting hidden states)"}
+}
+
+// ForRun is what a run of manifest-like settings asks of the engine,
+// with the workers' own priority (0 when they do not yield).
+func ForRun(tokenIDs bool, samples int, extraction bool, priority int) Wants {
+	return Wants{TokenIDs: tokenIDs, Samples: samples, Extraction: extraction, Priority: priority}
 }
 
 func first(names []string) string {

@@ -94,6 +94,12 @@ type Config struct {
 	AutoWindow bool
 	// MaxWindow bounds an automatic window; zero means DefaultMaxWindow.
 	MaxWindow int
+	// Refuse, when set, says why the backend's engine cannot serve a
+	// run (engine.Found.Plan), or nil when it can: a worker of that one
+	// run (Run) stops with the reason before it takes a prompt; a worker
+	// of several skips the run and says why in its heartbeats. Nil
+	// serves every run.
+	Refuse func(*schema.Manifest) error
 	// LoadMetrics names the series an automatic window reads, those of
 	// the backend's engine (engine.Profile.Load; its Path is the
 	// client's Dialect.MetricsPath). The zero value means vLLM's.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/aerie-dev/aerie/broker/brokertest"
+	"github.com/aerie-dev/aerie/openai"
 	"github.com/aerie-dev/aerie/provision"
 	"github.com/aerie-dev/aerie/runs"
 	"github.com/aerie-dev/aerie/schema"
@@ -310,4 +312,58 @@ func TestPausedRunWaitsForResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.settledRun(t, "b", 10, w)
+}
+
+// A run the backend's engine cannot serve (Config.Refuse: here, token
+// ids from an engine without them) is skipped by a worker of every run,
+// saying why in a heartbeat of that run, and stops a worker of that one
+// run before it takes a prompt; the other runs are served.
+func TestEngineRefusedRunIsSkipped(t *testing.T) {
+	b := setupRun(t, schema.Manifest{Run: "plain"}, 10, provision.Options{})
+	_, url := newFakeLLM(t, &fakeLLM{duration: time.Millisecond})
+	refuse := func(m *schema.Manifest) error {
+		if m.ReturnTokenIDs {
+			return errors.New("TensorRT-LLM returns no token ids on chat answers")
+		}
+		return nil
+	}
+	skipped := make(chan schema.Heartbeat, 16)
+	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter("ids"), func(m *nats.Msg) {
+		var hb schema.Heartbeat
+		if json.Unmarshal(m.Data, &hb) == nil {
+			skipped <- hb
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	brokertest.Queue(t, b.js, schema.Manifest{Run: "ids", ReturnTokenIDs: true}, brokertest.Prompts(5))
+	w, _ := b.start(t, worker.Config{AllRuns: true, Name: "w", Window: 4, Refuse: refuse}, url+"/v1/")
+	b.settledRun(t, "plain", 10, w)
+	select {
+	case hb := <-skipped:
+		if !hb.Paused || !strings.Contains(hb.PausedReason, "no token ids") {
+			t.Errorf("heartbeat for the refused run: paused %v, reason %q", hb.Paused, hb.PausedReason)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no heartbeat says the refused run is skipped")
+	}
+	if res := b.resultsByRun(t); len(res["ids"]) != 0 {
+		t.Fatalf("%d results of the refused run", len(res["ids"]))
+	}
+
+	client, err := openai.New(openai.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := worker.New(worker.Config{Run: "ids", Name: "one", Window: 4, Refuse: refuse, Logger: quiet}, b.js, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := one.Run(ctx); err == nil || !strings.Contains(err.Error(), "no token ids") {
+		t.Fatalf("a worker of the refused run: %v, want it stopped with the reason", err)
+	}
 }

@@ -121,6 +121,12 @@ func (w *runWatch) runPut(ctx context.Context, m *schema.Manifest) {
 		w.skipLacking(m, lack)
 		return
 	}
+	if w.cfg.Refuse != nil {
+		if err := w.cfg.Refuse(m); err != nil {
+			w.skip(m, err.Error())
+			return
+		}
+	}
 	served, err := w.serves(ctx, m.Model)
 	if err != nil {
 		w.skip(m, fmt.Sprintf("cannot tell whether the backend serves the run's model %q: %v", m.Model, err))

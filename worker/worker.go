@@ -201,6 +201,11 @@ func (w *Worker) start(ctx context.Context) (jetstream.KeyValue, error) {
 				return nil, err
 			}
 		}
+		if w.cfg.Refuse != nil {
+			if err := w.cfg.Refuse(m); err != nil {
+				return nil, fmt.Errorf("worker %s: run %s: %w", w.cfg.Name, m.Run, err)
+			}
+		}
 		l = newLane(m, w.log, true)
 	}
 	kv, err := provision.WaitRunsBucket(ctx, w.link.js, w.log)
