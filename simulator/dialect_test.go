@@ -121,8 +121,9 @@ func TestSGLangTokenIDsOnlyUnstreamed(t *testing.T) {
 
 func TestLlamaCppOneAnswerAndNoMetrics(t *testing.T) {
 	ts := startServer(t, Config{Engine: EngineLlamaCpp, Speed: 1000, OutputMedian: 20, NoMetrics: true})
-	if code, text := ts.status(t, map[string]any{"messages": userMessages("hi"), "n": 2}); code != http.StatusBadRequest {
-		t.Errorf("n 2: %d %s, want 400", code, text)
+	if code, text := ts.status(t, map[string]any{"messages": userMessages("hi"), "n": 2}); code != http.StatusInternalServerError ||
+		!strings.Contains(text, "Only one completion choice is allowed") {
+		t.Errorf("n 2: %d %s, want llama.cpp's 500", code, text)
 	}
 	d := ts.complete(t, map[string]any{"messages": userMessages("hi"), "return_token_ids": true, "priority": 5})
 	if len(d.Choices[0].TokenIDs) != 0 || len(d.PromptTokenIDs) != 0 {

@@ -194,7 +194,9 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 		return nil, badRequest("n", "n must be between 1 and %d, got %d.", maxN, *req.N)
 	}
 	if req.N != nil && *req.N > 1 && s.dialect.oneAnswer {
-		return nil, badRequest("n", "Only one completion choice is allowed")
+		// llama.cpp throws a runtime_error while reading the request,
+		// which its server answers as a 500 server_error.
+		return nil, &requestError{status: http.StatusInternalServerError, message: "Only one completion choice is allowed"}
 	}
 	priority, rerr := s.dialect.queueKey(req.Priority, s.cfg.SchedulingPolicy == SchedulingPriority)
 	if rerr != nil {
