@@ -51,6 +51,8 @@ func TestExactlyOnceOnEveryEngine(t *testing.T) {
 				name = eng + "-auto"
 			}
 			t.Run(name, func(t *testing.T) {
+				// Each run waits mostly on its injected faults' Retry-After.
+				t.Parallel()
 				cfg := config(t, "r", promptsFile(t, n))
 				cfg.Sim.Engine = eng
 				cfg.Sim.Faults = simulator.Faults{Rate429: 0.05, Rate503: 0.03, StreamErrorRate: 0.02}
@@ -88,18 +90,23 @@ func TestFeaturesOnEveryEngine(t *testing.T) {
 		tokenIDs bool
 		turnsAll bool
 		yield    bool
+		// maxQueued bounds the server's queue (SGLang's
+		// --max-queued-requests) below what the workers hold: 503s.
+		maxQueued int
 	}{
-		{"sglang token ids, unstreamed", simulator.EngineSGLang, 1, true, false, false},
-		{"vllm token ids, streamed", simulator.EngineVLLM, 1, true, false, false},
-		{"llamacpp samples as requests", simulator.EngineLlamaCpp, 3, false, false, false},
-		{"sglang samples by n", simulator.EngineSGLang, 3, false, false, false},
-		{"trtllm samples by n", simulator.EngineTRTLLM, 3, false, false, false},
-		{"sglang yields", simulator.EngineSGLang, 1, false, false, true},
-		{"trtllm yields", simulator.EngineTRTLLM, 1, false, false, true},
-		{"llamacpp turns all", simulator.EngineLlamaCpp, 1, false, true, false},
-		{"trtllm turns all", simulator.EngineTRTLLM, 1, false, true, false},
+		{"sglang token ids, unstreamed", simulator.EngineSGLang, 1, true, false, false, 0},
+		{"vllm token ids, streamed", simulator.EngineVLLM, 1, true, false, false, 0},
+		{"llamacpp samples as requests", simulator.EngineLlamaCpp, 3, false, false, false, 0},
+		{"sglang samples by n", simulator.EngineSGLang, 3, false, false, false, 0},
+		{"trtllm samples by n", simulator.EngineTRTLLM, 3, false, false, false, 0},
+		{"sglang yields", simulator.EngineSGLang, 1, false, false, true, 0},
+		{"trtllm yields", simulator.EngineTRTLLM, 1, false, false, true, 0},
+		{"llamacpp turns all", simulator.EngineLlamaCpp, 1, false, true, false, 0},
+		{"trtllm turns all", simulator.EngineTRTLLM, 1, false, true, false, 0},
+		{"sglang queue full", simulator.EngineSGLang, 1, false, false, false, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const n = 120
 			cfg := config(t, "r", promptsFile(t, n))
 			cfg.Sim.Engine = tc.engine
@@ -109,6 +116,9 @@ func TestFeaturesOnEveryEngine(t *testing.T) {
 				cfg.Turns = "all"
 			}
 			cfg.Worker.YieldToServing = tc.yield
+			if tc.maxQueued > 0 {
+				cfg.Sim.MaxNumSeqs, cfg.Sim.MaxQueued = 8, tc.maxQueued
+			}
 			preflight(&cfg, tc.samples, tc.tokenIDs)
 			sum, err := pipeline.Run(context.Background(), cfg)
 			if err != nil {

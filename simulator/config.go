@@ -127,6 +127,12 @@ type Config struct {
 	// the metrics. docs/simulator.md lists each dialect with its source.
 	Engine string
 
+	// MaxQueued, when positive, bounds the requests waiting for a slot,
+	// as SGLang's --max-queued-requests: a request that finds that many
+	// waiting is refused with SGLang's 503. Zero: an unbounded queue, as
+	// vLLM's.
+	MaxQueued int
+
 	// NoMetrics serves no Prometheus metrics, as SGLang without
 	// --enable-metrics or llama.cpp without --metrics.
 	NoMetrics bool

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // status posts body and returns the status and body of the answer.
@@ -152,5 +153,32 @@ func TestPriorityOrderOfEachDialect(t *testing.T) {
 		if err1 != nil || err2 != nil || err3 != nil || !(u < none && none < r) {
 			t.Errorf("%s: keys urgent %d, unset %d, relaxed %d (%v %v %v): want urgent < unset < relaxed", tc.engine, u, none, r, err1, err2, err3)
 		}
+	}
+}
+
+// A full queue (SGLang's --max-queued-requests) refuses with 503.
+func TestQueueFullRefuses(t *testing.T) {
+	ts := startServer(t, Config{Engine: EngineSGLang, MaxNumSeqs: 1, MaxQueued: 1, OutputMedian: 5000, OutputSigma: 0.01})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := map[string]any{"messages": userMessages("a long one"), "stream": true}
+	done := make(chan struct{}, 2)
+	for range 2 { // one runs, one waits; the waiting one has no headers yet
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if resp, err := ts.post(ctx, t, body); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	eventually(t, 5*time.Second, "one request running and one waiting", func() bool {
+		st := ts.Stats()
+		return st.Running == 1 && st.Waiting == 1
+	})
+	code, text := ts.status(t, map[string]any{"messages": userMessages("one more")})
+	if code != http.StatusServiceUnavailable || !strings.Contains(text, "queue is full") {
+		t.Fatalf("a third request: %d %s, want 503", code, text)
 	}
 }

@@ -341,6 +341,13 @@ func (e *engine) stop() {
 }
 
 // healthy reports whether the loop is running.
+// queued is how many sequences wait for a slot.
+func (e *engine) queued() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waiting.Len()
+}
+
 func (e *engine) healthy() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -78,6 +78,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.hang(w, r, outage)
 		return
 	}
+	if s.cfg.MaxQueued > 0 && s.eng.queued() >= s.cfg.MaxQueued {
+		writeError(w, http.StatusServiceUnavailable, "", "The request queue is full.")
+		return
+	}
 	seqs := s.children(j)
 	if plan.cutsAnswer() {
 		j.cut, j.cutAt = plan.kind, plan.cutAfter(seqs[0].answer.tokens)
