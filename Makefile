@@ -236,6 +236,8 @@ engines:
 # with a worker job cancelled mid-run and submitted again. As root with
 # apt-get it installs slurm-wlm and munge when they are missing; without
 # root or the packages the test says why it skips. About a minute.
+# CI runs it at 1,000 prompts to keep within its time.
+SLURM_PROMPTS ?= 3000
 .PHONY: slurm
 
 slurm:
@@ -247,7 +249,7 @@ slurm:
 			echo "could not install slurm-wlm and munge: the Slurm test will skip"; \
 		fi; \
 	fi
-	AERIE_SLURM=1 $(GO) test -count=1 -v -timeout 10m ./internal/slurm/
+	AERIE_SLURM=1 AERIE_SLURM_PROMPTS=$(SLURM_PROMPTS) $(GO) test -count=1 -v -timeout 10m ./internal/slurm/
 
 # The upgrade tests (internal/upgrade/): real binaries of three builds,
 # the release before feature checks (built from a git worktree of its

@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -160,23 +161,25 @@ func TestPriorityOrderOfEachDialect(t *testing.T) {
 func TestQueueFullRefuses(t *testing.T) {
 	ts := startServer(t, Config{Engine: EngineSGLang, MaxNumSeqs: 1, MaxQueued: 1, OutputMedian: 5000, OutputSigma: 0.01})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	body := map[string]any{"messages": userMessages("a long one"), "stream": true}
 	done := make(chan struct{}, 2)
-	for range 2 { // one runs, one waits; the waiting one has no headers yet
+	defer func() { cancel(); <-done; <-done }()
+	// One runs, then one waits: sent one after the other, since a request
+	// that came while the first still waited would find the queue full.
+	// The waiting one has no response headers yet, hence the goroutines.
+	for i, want := range []func(Stats) bool{
+		func(st Stats) bool { return st.Running == 1 },
+		func(st Stats) bool { return st.Running == 1 && st.Waiting == 1 },
+	} {
 		go func() {
 			defer func() { done <- struct{}{} }()
+			body := map[string]any{"messages": userMessages(fmt.Sprintf("a long one %d", i)), "stream": true}
 			if resp, err := ts.post(ctx, t, body); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
 		}()
+		eventually(t, 30*time.Second, fmt.Sprintf("%d requests in the engine", i+1), func() bool { return want(ts.Stats()) })
 	}
-	defer func() { cancel(); <-done; <-done }()
-	eventually(t, 5*time.Second, "one request running and one waiting", func() bool {
-		st := ts.Stats()
-		return st.Running == 1 && st.Waiting == 1
-	})
 	code, text := ts.status(t, map[string]any{"messages": userMessages("one more")})
 	if code != http.StatusServiceUnavailable || !strings.Contains(text, "queue is full") {
 		t.Fatalf("a third request: %d %s, want 503", code, text)

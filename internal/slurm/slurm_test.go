@@ -256,7 +256,8 @@ func settings(t *testing.T, path string, vals map[string]string, engine []string
 	}
 }
 
-// TestSlurmRun runs a 3,000-prompt run through sbatch: the head job
+// TestSlurmRun runs a 3,000-prompt run (AERIE_SLURM_PROMPTS) through
+// sbatch: the head job
 // (NATS server and aggregator), prompts queued from the "login node",
 // two worker jobs each starting its own simulator, one worker job
 // cancelled with scancel mid-run and submitted again. Every prompt must
@@ -267,7 +268,13 @@ func TestSlurmRun(t *testing.T) {
 	bin := build(t, c.dir)
 	root, _ := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	scripts := filepath.Join(strings.TrimSpace(string(root)), "deploy", "slurm")
-	const n, run = 3000, "slurm"
+	n, run := 3000, "slurm"
+	if v := os.Getenv("AERIE_SLURM_PROMPTS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 {
+			t.Fatalf("AERIE_SLURM_PROMPTS=%q: want a count of at least 100", v)
+		}
+	}
 	natsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	data, logs := filepath.Join(c.dir, "data"), filepath.Join(c.dir, "logs")
 	base := map[string]string{
