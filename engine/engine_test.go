@@ -1,7 +1,9 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/aerie-dev/aerie/engine"
 	"github.com/aerie-dev/aerie/openai"
+	"github.com/aerie-dev/aerie/schema"
 	"github.com/aerie-dev/aerie/simulator"
 	"github.com/aerie-dev/aerie/simulator/simtest"
 )
@@ -135,5 +138,27 @@ func TestPlan(t *testing.T) {
 				t.Errorf("%s %s: %v, want %v", tc.engine, feature, got[feature], v)
 			}
 		}
+	}
+}
+
+func TestRefuser(t *testing.T) {
+	trt, _ := engine.Lookup(string(engine.TRTLLM))
+	refuse := engine.Found{Profile: trt, By: "--engine trtllm"}.Refuser(0, nil)
+	if err := refuse(&schema.Manifest{Run: "ids", ReturnTokenIDs: true}); err == nil || !strings.Contains(err.Error(), "no token ids") {
+		t.Errorf("token ids on TensorRT-LLM: %v", err)
+	}
+	if err := refuse(&schema.Manifest{Run: "plain", Samples: 4}); err != nil {
+		t.Errorf("a plain run refused: %v", err)
+	}
+	var logged bytes.Buffer
+	sg, _ := engine.Lookup(string(engine.SGLang))
+	refuse = engine.Found{Profile: sg}.Refuser(10, slog.New(slog.NewTextHandler(&logged, nil)))
+	for range 2 {
+		if err := refuse(&schema.Manifest{Run: "ids", ReturnTokenIDs: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logged.String(), "unstreamed"); n != 1 {
+		t.Errorf("the unstreamed token ids logged %d times, want once:\n%s", n, logged.String())
 	}
 }

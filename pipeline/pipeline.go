@@ -248,13 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		cfg.maxInput, cfg.checkIDs = max(be.maxInput-1, 0), be.checkIDs
 	}
 	cfg.Worker.LoadMetrics = be.engine.Load
-	cfg.Worker.Refuse = func(m *schema.Manifest) error {
-		want := engine.ForRun(m.ReturnTokenIDs, m.Samples, m.TaskKind() == schema.TaskHiddenStates, cfg.Worker.RequestPriority())
-		if refused := engine.Refusals(be.engine.Plan(want)); len(refused) > 0 {
-			return fmt.Errorf("%s (%s) cannot serve it: %s", be.engine.Title, be.engine.By, refused[0])
-		}
-		return nil
-	}
+	cfg.Worker.Refuse = be.engine.Refuser(cfg.Worker.RequestPriority(), log)
 	if cfg.Preflight != nil {
 		if err := cfg.Preflight(ctx, srv.ClientURL(), be.url, be.model); err != nil {
 			return nil, err

@@ -93,13 +93,7 @@ func cmdWork(ctx context.Context, args []string) error {
 		return err
 	}
 	wc.LoadMetrics = found.Load
-	wc.Refuse = func(m *schema.Manifest) error {
-		want := engine.ForRun(m.ReturnTokenIDs, m.Samples, m.TaskKind() == schema.TaskHiddenStates, wc.RequestPriority())
-		if refused := engine.Refusals(found.Plan(want)); len(refused) > 0 {
-			return fmt.Errorf("%s (%s) cannot serve it: %s", found.Title, found.By, refused[0])
-		}
-		return nil
-	}
+	wc.Refuse = found.Refuser(wc.RequestPriority(), log)
 	log.Info("engine", "engine", found.Name, "by", found.By)
 	reg, stopMetrics, err := serveMetrics(ctx, *metricsListen, log)
 	if err != nil {
