@@ -74,17 +74,7 @@ func TestAllRunsServesEveryRunOnce(t *testing.T) {
 		seen[n]++
 		mu.Unlock()
 	}})
-	skipped := make(chan schema.Heartbeat, 16)
-	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter("other"), func(m *nats.Msg) {
-		var hb schema.Heartbeat
-		if json.Unmarshal(m.Data, &hb) == nil {
-			skipped <- hb
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	skipped := heartbeatsOf(t, b, "other")
 
 	var ws []*worker.Worker
 	for i := range 2 {
@@ -327,17 +317,7 @@ func TestEngineRefusedRunIsSkipped(t *testing.T) {
 		}
 		return nil
 	}
-	skipped := make(chan schema.Heartbeat, 16)
-	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter("ids"), func(m *nats.Msg) {
-		var hb schema.Heartbeat
-		if json.Unmarshal(m.Data, &hb) == nil {
-			skipped <- hb
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	skipped := heartbeatsOf(t, b, "ids")
 	brokertest.Queue(t, b.js, schema.Manifest{Run: "ids", ReturnTokenIDs: true}, brokertest.Prompts(5))
 	w, _ := b.start(t, worker.Config{AllRuns: true, Name: "w", Window: 4, Refuse: refuse}, url+"/v1/")
 	b.settledRun(t, "plain", 10, w)
@@ -366,4 +346,25 @@ func TestEngineRefusedRunIsSkipped(t *testing.T) {
 	if err := one.Run(ctx); err == nil || !strings.Contains(err.Error(), "no token ids") {
 		t.Fatalf("a worker of the refused run: %v, want it stopped with the reason", err)
 	}
+}
+
+// heartbeatsOf receives the heartbeats of run's workers until the test
+// ends.
+func heartbeatsOf(t *testing.T, b *bundle, run string) <-chan schema.Heartbeat {
+	t.Helper()
+	beats := make(chan schema.Heartbeat, 16)
+	sub, err := b.js.Conn().Subscribe(schema.HeartbeatFilter(run), func(m *nats.Msg) {
+		var hb schema.Heartbeat
+		if json.Unmarshal(m.Data, &hb) == nil {
+			select {
+			case beats <- hb:
+			default: // the test reads the first few
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return beats
 }
