@@ -162,3 +162,20 @@ func TestRefuser(t *testing.T) {
 		t.Errorf("the unstreamed token ids logged %d times, want once:\n%s", n, logged.String())
 	}
 }
+
+// SGLang started with --schedule-low-priority-values-first orders
+// priorities vLLM's way: aerie reads it from /get_server_info and sends
+// the batch's priority as it is.
+func TestSGLangLowValuesFirst(t *testing.T) {
+	c := sim(t, simulator.Config{Engine: simulator.EngineSGLang, SchedulingPolicy: simulator.SchedulingPriority, LowPriorityFirst: true})
+	f, err := engine.Detect(ctx(t), c, "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.PriorityOn == nil || !*f.PriorityOn || f.Dialect.Priority.HigherFirst {
+		t.Fatalf("priority on %v, higher first %v: want on, lower first", f.PriorityOn, f.Dialect.Priority.HigherFirst)
+	}
+	if got := string(f.Dialect.Priority.Encode(10)); got != "10" {
+		t.Fatalf("batch priority sent as %s, want 10", got)
+	}
+}

@@ -127,6 +127,12 @@ type Config struct {
 	// the metrics. docs/simulator.md lists each dialect with its source.
 	Engine string
 
+	// LowPriorityFirst makes the SGLang dialect serve lower priority
+	// values first, as SGLang started with
+	// --schedule-low-priority-values-first (its default is higher
+	// first); /get_server_info says so. Other dialects ignore it.
+	LowPriorityFirst bool
+
 	// MaxQueued, when positive, bounds the requests waiting for a slot,
 	// as SGLang's --max-queued-requests: a request that finds that many
 	// waiting is refused with SGLang's 503. Zero: an unbounded queue, as

@@ -175,7 +175,7 @@ func extraForbidden(fields []string) *requestError {
 // key, lower served first (vLLM's order), and reports a value the
 // dialect refuses. enabled is whether the server was started with
 // priority scheduling (SchedulingPolicy priority).
-func (d dialect) queueKey(raw json.RawMessage, enabled bool) (int, *requestError) {
+func (d dialect) queueKey(raw json.RawMessage, enabled, lowFirst bool) (int, *requestError) {
 	given := len(raw) > 0 && string(raw) != "null"
 	switch d.priority {
 	case priorityNone:
@@ -206,6 +206,9 @@ func (d dialect) queueKey(raw json.RawMessage, enabled bool) (int, *requestError
 		}
 		return p, nil
 	}
+	if lowFirst {
+		return p, nil // SGLang --schedule-low-priority-values-first
+	}
 	return -p, nil // SGLang: higher first
 }
 
@@ -222,7 +225,7 @@ func (s *Server) serveServerInfo(w http.ResponseWriter, _ *http.Request) {
 		"context_length":                     s.cfg.MaxModelLen,
 		"max_running_requests":               s.cfg.MaxNumSeqs,
 		"enable_priority_scheduling":         s.cfg.SchedulingPolicy == SchedulingPriority,
-		"schedule_low_priority_values_first": false,
+		"schedule_low_priority_values_first": s.cfg.LowPriorityFirst,
 		"enable_metrics":                     !s.cfg.NoMetrics,
 		"reasoning_parser":                   "kimi_k2",
 		"version":                            "aerie-sim",

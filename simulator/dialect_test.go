@@ -148,12 +148,19 @@ func TestPriorityOrderOfEachDialect(t *testing.T) {
 		{EngineTRTLLM, "0.9", "0.0"},
 	} {
 		d := dialects[tc.engine]
-		u, err1 := d.queueKey(json.RawMessage(tc.urgent), true)
-		r, err2 := d.queueKey(json.RawMessage(tc.relaxed), true)
-		none, err3 := d.queueKey(nil, true)
+		u, err1 := d.queueKey(json.RawMessage(tc.urgent), true, false)
+		r, err2 := d.queueKey(json.RawMessage(tc.relaxed), true, false)
+		none, err3 := d.queueKey(nil, true, false)
 		if err1 != nil || err2 != nil || err3 != nil || !(u < none && none < r) {
 			t.Errorf("%s: keys urgent %d, unset %d, relaxed %d (%v %v %v): want urgent < unset < relaxed", tc.engine, u, none, r, err1, err2, err3)
 		}
+	}
+	// SGLang with --schedule-low-priority-values-first runs vLLM's way.
+	d := dialects[EngineSGLang]
+	u, _ := d.queueKey(json.RawMessage("-1"), true, true)
+	r, _ := d.queueKey(json.RawMessage("10"), true, true)
+	if !(u < 0 && 0 < r) {
+		t.Errorf("SGLang low values first: keys %d for -1 and %d for 10", u, r)
 	}
 }
 

@@ -202,7 +202,7 @@ func (s *Server) parseChat(w http.ResponseWriter, r *http.Request) (*job, *reque
 		// which its server answers as a 500 server_error.
 		return nil, &requestError{status: http.StatusInternalServerError, message: "Only one completion choice is allowed"}
 	}
-	priority, rerr := s.dialect.queueKey(req.Priority, s.cfg.SchedulingPolicy == SchedulingPriority)
+	priority, rerr := s.dialect.queueKey(req.Priority, s.cfg.SchedulingPolicy == SchedulingPriority, s.cfg.LowPriorityFirst)
 	if rerr != nil {
 		return nil, rerr
 	}

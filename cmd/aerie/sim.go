@@ -31,6 +31,7 @@ func addSimFlags(fs *flag.FlagSet, prefix string) *simulator.Config {
 	fs.StringVar(&c.SchedulingPolicy, prefix+"scheduling-policy", simulator.SchedulingFCFS, "vLLM's --scheduling-policy: fcfs serves the queue in order and refuses requests with a priority; priority serves lower priority values first and, when the KV cache is full, preempts the running request of the highest value")
 	fs.Float64Var(&c.Speed, prefix+"speed", d.Speed, "time scale: 200 runs simulated time 200x faster than wall time")
 	fs.StringVar(&c.Engine, prefix+"engine", simulator.EngineVLLM, "the engine whose dialect the simulator speaks: "+strings.Join(simulator.Engines(), ", ")+" (owned_by, reasoning field, priority field, token ids, n, unknown fields, metric names and path)")
+	fs.BoolVar(&c.LowPriorityFirst, prefix+"schedule-low-priority-values-first", false, "with --engine sglang: serve lower priority values first, as SGLang's flag of that name (its default is higher first)")
 	fs.IntVar(&c.MaxQueued, prefix+"max-queued-requests", 0, "refuse a request with 503 when this many wait for a slot, as SGLang's --max-queued-requests (0: an unbounded queue, as vLLM's)")
 	fs.BoolVar(&c.NoMetrics, prefix+"no-metrics", false, "serve no Prometheus metrics, as SGLang without --enable-metrics or llama.cpp without --metrics")
 	fs.StringVar(&c.ReasoningField, prefix+"reasoning-field", "", "where reasoning goes: reasoning, reasoning_content or think (inline <think>); default: the engine's (vLLM reasoning, the others reasoning_content)")
