@@ -119,6 +119,9 @@ func checkCompletion(ctx context.Context, s *session) Result {
 	if !s.passed("backend") {
 		return skip("backend not healthy (see backend)")
 	}
+	if s.done["engine"] == Fail && s.engine != nil {
+		return skip("not asked: the engine cannot serve the run as asked (see engine)")
+	}
 	if s.done["model"] == Fail {
 		if !s.listed {
 			return skip("not asked: the backend's model list failed (see model)")

@@ -165,6 +165,9 @@ func TestEngineRefusesWhatItCannotDo(t *testing.T) {
 			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want a preflight failure saying %q", err, tc.want)
 			}
+			if f := pe.Report.Count(doctor.Fail); f != 1 {
+				t.Fatalf("%d checks failed, want the engine check alone: %v", f, err)
+			}
 			if _, serr := os.Stat(fmt.Sprintf("%s/r/completions.jsonl", cfg.DataDir)); serr == nil {
 				t.Fatal("a refused run wrote completions")
 			}

@@ -88,6 +88,18 @@ func defaultStore() string {
 	return "./data/nats"
 }
 
+// checkEngineFlag refuses an --engine that names no engine aerie knows,
+// before anything starts.
+func checkEngineFlag(name string) error {
+	if name == "" || name == "auto" {
+		return nil
+	}
+	if _, err := engine.Lookup(name); err != nil {
+		return fmt.Errorf("--engine: %w", err)
+	}
+	return nil
+}
+
 // addEngineFlag declares --engine, defaulting to AERIE_ENGINE, then auto.
 func addEngineFlag(fs *flag.FlagSet) *string {
 	return fs.String("engine", envOr("AERIE_ENGINE", "auto"),

@@ -48,6 +48,9 @@ func cmdDoctor(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkEngineFlag(*engineName); err != nil {
+		return err
+	}
 	bwait, err := backendWait.get()
 	if err != nil {
 		return err

@@ -44,6 +44,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err := requireRun(*run); err != nil {
 		return err
 	}
+	if err := checkEngineFlag(*engineName); err != nil {
+		return err
+	}
 	if *prompts == "" {
 		return errors.New("--prompts is required: a JSONL file of prompts (make run generates one)")
 	}

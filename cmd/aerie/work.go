@@ -46,6 +46,9 @@ func cmdWork(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkEngineFlag(*engineName); err != nil {
+		return err
+	}
 	wc, err := wf.config()
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +35,16 @@ func TestWorkerFlagsConfig(t *testing.T) {
 		if cfg.WindowPoll != c.poll || cfg.HandBackAfter != c.handBack || !cfg.AutoWindow || cfg.Grace != 3*time.Second || !cfg.HedgeOff {
 			t.Errorf("%v: %+v; want poll %v, hand back after %v", c.args, cfg, c.poll, c.handBack)
 		}
+	}
+}
+
+func TestCheckEngineFlag(t *testing.T) {
+	for _, ok := range []string{"", "auto", "vllm", "SGLang", "tensorrt-llm", "llama.cpp"} {
+		if err := checkEngineFlag(ok); err != nil {
+			t.Errorf("--engine %q: %v", ok, err)
+		}
+	}
+	if err := checkEngineFlag("tgi"); err == nil || !strings.Contains(err.Error(), "--engine: unknown engine \"tgi\"") {
+		t.Errorf("--engine tgi: %v", err)
 	}
 }
