@@ -291,15 +291,6 @@ const ackRoomPeriods = 5
 // hints costs it a few reads a minute, not a few a decision.
 const hintlessPeekEvery = 30
 
-// priority is the priority of every request of a worker of c: its
-// BatchPriority when it yields to serving traffic, none otherwise.
-func (c Config) priority() int {
-	if c.YieldToServing {
-		return c.BatchPriority
-	}
-	return 0
-}
-
 // RequestPriority is the priority, in vLLM's sense, every request of a
 // worker of c carries: BatchPriority (zero: DefaultBatchPriority) when
 // it yields to serving traffic, 0 (none) otherwise.

@@ -88,7 +88,7 @@ func New(cfg Config, js jetstream.JetStream, backend Backend) (*Worker, error) {
 	w := &Worker{cfg: cfg, log: log, link: ln, runs: runs, slots: slots,
 		pauses: &pauses{breaker: probe.health, room: room, disk: &diskRoom{free: cfg.DiskFree, reserve: cfg.DiskReserve, log: log, onRoom: runs.changed.notify}}}
 	w.store = &store{name: cfg.Name, link: ln, log: log, room: room}
-	requests := &requester{backend: backend, health: probe.health, priority: cfg.priority()}
+	requests := &requester{backend: backend, health: probe.health, priority: cfg.RequestPriority()}
 	w.hedges = &hedger{name: cfg.Name, link: ln, slots: slots, flights: inFlight, store: w.store, pullWait: cfg.PullWait}
 	settle := &settler{name: cfg.Name, store: w.store, health: probe.health, hedges: w.hedges,
 		retry: retrying{base: cfg.RetryBase, max: cfg.RetryMax, outage: cfg.OutageRetry, unfit: cfg.PullWait}}
