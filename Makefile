@@ -251,6 +251,31 @@ slurm:
 	fi
 	AERIE_SLURM=1 AERIE_SLURM_PROMPTS=$(SLURM_PROMPTS) $(GO) test -count=1 -v -timeout 10m ./internal/slurm/
 
+# deploy/README.md, the systemd way, rehearsed (internal/systemd): six
+# hosts booted with systemd by systemd-nspawn, each on an overlay of this
+# machine's root in a network namespace of its own (three NATS nodes, two
+# GPU hosts with the simulator in vLLM's place, the data host), the
+# README's command blocks run on them as written, and a run of
+# SYSTEMD_PROMPTS prompts through the units, one worker restarted
+# mid-run, every prompt written once. As root with apt-get it installs
+# systemd-container when it is missing; nats-server and the nats CLI go
+# to bin/tools. About a minute.
+SYSTEMD_PROMPTS ?= 1000
+NATS_SERVER_VERSION ?= v2.15.2
+.PHONY: systemd
+
+systemd: build natscli
+	@test -x bin/tools/nats-server || GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/nats-io/nats-server/v2@$(NATS_SERVER_VERSION)
+	@if [ ! -x /usr/bin/systemd-nspawn ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing systemd-container for the systemd rehearsal"; \
+			(apt-get install -y systemd-container >/dev/null 2>&1 || \
+			 (apt-get update >/dev/null 2>&1 && apt-get install -y systemd-container >/dev/null 2>&1)) || \
+			echo "could not install systemd-container: the systemd rehearsal will skip"; \
+		fi; \
+	fi
+	AERIE_SYSTEMD=1 AERIE_SYSTEMD_PROMPTS=$(SYSTEMD_PROMPTS) $(GO) test -count=1 -v -timeout 10m ./internal/systemd/
+
 # The upgrade tests (internal/upgrade/): real binaries of three builds,
 # the release before feature checks (built from a git worktree of its
 # commit), today's, and today's with a test-only feature, on runs that
