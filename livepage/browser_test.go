@@ -322,6 +322,24 @@ func TestBrowserWaitingForSlots(t *testing.T) {
 	waitFor(t, ctx, 30*time.Second, `document.getElementById("slots").hidden`, "the banner gone once the run has slots")
 }
 
+// A run whose ETA waits on one long answer says which, under the ETA;
+// the note goes once the run is done.
+func TestBrowserStraggler(t *testing.T) {
+	ctx := browser(t)
+	page := livepage.New("long-tail")
+	page.Event(schema.Throughput{Run: "long-tail", Time: time.Now(), Phase: schema.PhaseDraining, Total: 6000, Completed: 5999,
+		InFlight: 1, Workers: 1, TokensPerSec: 95, ETASec: 65, ETALowSec: 20, ETAHighSec: 190, ElapsedSec: 200,
+		Stragglers: &schema.Stragglers{InFlight: 1, LongestTokens: 11900, LongestSec: 120}})
+	srv := serve(t, page)
+	within(t, ctx, 30*time.Second, "open the page", chromedp.Navigate(srv.URL))
+	waitFor(t, ctx, 30*time.Second, `!document.getElementById("eta-note").hidden &&
+		document.getElementById("eta-note").textContent === "Waiting on 1 answer at 11,900 tokens, running 2m 00s."`, "the straggler under the ETA")
+	screenshot(t, ctx, "livepage-straggler.png")
+	page.Event(schema.Throughput{Run: "long-tail", Time: time.Now(), Phase: schema.PhaseDone, Total: 6000, Completed: 6000,
+		Workers: 1, ElapsedSec: 260})
+	waitFor(t, ctx, 30*time.Second, `document.getElementById("eta-note").hidden`, "the note gone once the run is done")
+}
+
 // A run short of lines that nothing will bring says so in a banner,
 // which goes once lines come again.
 func TestBrowserUnwritten(t *testing.T) {

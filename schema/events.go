@@ -61,6 +61,11 @@ type Heartbeat struct {
 	// completion tokens streamed so far. Requests still waiting for their
 	// first token are reported as 0.
 	InFlightTokens []int `json:"in_flight_tokens,omitempty"`
+	// InFlightMillis holds, for each request of InFlightTokens in the
+	// same order, the milliseconds since it was sent: with its tokens, its
+	// own speed, which tells how long a long answer still has to run.
+	// Empty from a worker older than the field.
+	InFlightMillis []int64 `json:"in_flight_ms,omitempty"`
 	// TokensStreamed counts every completion token received from the
 	// backend, including those of requests that later failed.
 	TokensStreamed int64 `json:"tokens_streamed"`
@@ -166,6 +171,20 @@ type Flight struct {
 	Hedged bool `json:"hedged,omitempty"`
 }
 
+// Stragglers is what the ETA waits on when the run's longest answers
+// set its end.
+type Stragglers struct {
+	// InFlight counts the answers in flight the end waits on; zero while
+	// prompts are still to be handed out, when it waits on the longest of
+	// the answers still to come.
+	InFlight int `json:"in_flight"`
+	// LongestTokens is the tokens streamed so far by the longest answer in
+	// flight, and LongestSec how long ago it was sent (0 when its worker
+	// does not say).
+	LongestTokens int     `json:"longest_tokens,omitempty"`
+	LongestSec    float64 `json:"longest_sec,omitempty"`
+}
+
 // HedgeNotice is what a worker publishes on HedgeSubject about a hedge:
 // that it sends one (HedgeStarted), or that it stored the answer of a
 // hedged request first (HedgeWon), whichever side it is on, so that the
@@ -232,6 +251,12 @@ type Throughput struct {
 	// event; the ETA is no earlier. Both are absent when none is.
 	Stranded        int     `json:"stranded,omitempty"`
 	StrandedBackSec float64 `json:"stranded_back_sec,omitempty"`
+	// Stragglers says what the ETA waits on once nothing is left to hand
+	// out (the answers in flight), and before that when the run's longest
+	// answers still to come, rather than its bulk, set it (docs/eta.md,
+	// "Stragglers"). Absent otherwise, and from an aggregator older than
+	// the field.
+	Stragglers *Stragglers `json:"stragglers,omitempty"`
 	// WaitingForSlots is set while the run has prompts queued and live
 	// workers that are not paused, none of which holds any of them, for
 	// two events running: workers that serve several runs give

@@ -66,6 +66,27 @@ func (v *Virtual) Submit(id int, messages []Message, maxTokens int) (*VirtualReq
 	return r, nil
 }
 
+// SubmitLength is Submit with the answer's length set to tokens (cut by
+// max_tokens as any answer is) instead of drawn from the configured
+// distribution: a straggler placed where a study of the ETA wants it.
+func (v *Virtual) SubmitLength(id int, messages []Message, maxTokens, tokens int) (*VirtualRequest, error) {
+	r, err := v.Submit(id, messages, maxTokens)
+	if err != nil {
+		return nil, err
+	}
+	a := &r.s.answer
+	limit := v.e.cfg.MaxModelLen - r.s.prompt
+	if maxTokens > 0 {
+		limit = min(limit, maxTokens)
+	}
+	a.tokens, a.finishReason = max(tokens, 1), finishStop
+	if a.tokens > limit {
+		a.tokens, a.finishReason = limit, finishLength
+	}
+	a.reasoning = min(int(float64(a.tokens)*v.e.cfg.reasoningFraction()), a.tokens-1)
+	return r, nil
+}
+
 // AdvanceTo runs every engine step that ends by t (simulated time since
 // the engine started). Time spent idle passes without steps.
 func (v *Virtual) AdvanceTo(t time.Duration) {

@@ -97,6 +97,7 @@ func gatherEvent(ctx context.Context, r reader, st *Run, opts Options, now time.
 	st.RequestsPerSecOverall, st.TokensPerSecOverall = ev.RequestsPerSecOverall, ev.TokensPerSecOverall
 	st.Task, st.HiddenStatesBytes, st.HiddenStatesBytesTotal, st.HiddenStatesBytesPerSec = ev.Task, ev.HiddenStatesBytes, ev.HiddenStatesBytesTotal, ev.HiddenStatesBytesPerSec
 	st.ETASec, st.ETALowSec, st.ETAHighSec = eta(ev)
+	st.Stragglers = ev.Stragglers
 	st.ElapsedSec, st.WriteError, st.Unwritten = ev.ElapsedSec, ev.WriteError, ev.Unwritten
 	st.AggregatorVersion, st.AggregatorLacks, st.AggregatorLacksWrittenBy = ev.AggregatorVersion, ev.AggregatorLacks, ev.AggregatorLacksWrittenBy
 	if ev.Total > 0 && st.Total == 0 {

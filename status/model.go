@@ -67,7 +67,10 @@ type Run struct {
 	ETASec     float64 `json:"eta_sec"`
 	ETALowSec  float64 `json:"eta_low_sec"`
 	ETAHighSec float64 `json:"eta_high_sec"`
-	ElapsedSec float64 `json:"elapsed_sec"`
+	// Stragglers is set when the run's longest answers, not its bulk, set
+	// the ETA: what it waits on (the event's).
+	Stragglers *schema.Stragglers `json:"stragglers,omitempty"`
+	ElapsedSec float64            `json:"elapsed_sec"`
 	// WriteError is why the aggregator cannot write its output, if it
 	// said so in its last event.
 	WriteError string `json:"write_error,omitempty"`

@@ -65,6 +65,9 @@ func WriteRun(w io.Writer, st *Run) error {
 	if st.Event != nil {
 		eta += "  elapsed " + Duration(st.ElapsedSec)
 	}
+	if note := StragglerNote(st.Stragglers); note != "" && st.Phase != schema.PhaseDone {
+		eta += "  " + note
+	}
 	fmt.Fprintf(tw, "ETA\t%s\n", eta)
 	fmt.Fprintf(tw, "aggregator\t%s\n", aggregatorNote(st))
 	if len(st.AggregatorLacks) > 0 {
@@ -192,6 +195,33 @@ func FormatETA(eta, low, high float64, phase schema.Phase) string {
 		s += " (" + Duration(low) + "–" + Duration(high) + ")"
 	}
 	return s
+}
+
+// StragglerNote says what an ETA set by the run's longest answers waits
+// on (schema.Stragglers): "waiting on 1 answer at 11,900 tokens, running
+// 2m00s", or that the longest answers are still to come. Empty for nil.
+func StragglerNote(s *schema.Stragglers) string {
+	if s == nil {
+		return ""
+	}
+	if s.InFlight == 0 {
+		return "(set by the longest answers still to come)"
+	}
+	note := "waiting on " + count(s.InFlight) + " answer"
+	if s.InFlight != 1 {
+		note += "s"
+	}
+	if s.LongestTokens > 0 {
+		if s.InFlight == 1 {
+			note += " at " + count(s.LongestTokens) + " tokens"
+		} else {
+			note += ", the longest at " + count(s.LongestTokens) + " tokens"
+		}
+		if s.LongestSec > 0 {
+			note += ", running " + Duration(s.LongestSec)
+		}
+	}
+	return note
 }
 
 // Duration writes sec for a person, to two units: "45s", "3m05s",

@@ -218,3 +218,42 @@ func TestWriteRunNamesWhatLacksTheRunsFeatures(t *testing.T) {
 		}
 	}
 }
+
+// An ETA that waits on the run's longest answers says so: which answer,
+// how far it has got and for how long, or that they are still to come.
+func TestWriteRunNamesTheStraggler(t *testing.T) {
+	cases := []struct {
+		s    *schema.Stragglers
+		want string
+	}{
+		{&schema.Stragglers{InFlight: 1, LongestTokens: 11900, LongestSec: 120}, "waiting on 1 answer at 11,900 tokens, running 2m00s"},
+		{&schema.Stragglers{InFlight: 3, LongestTokens: 4000, LongestSec: 75}, "waiting on 3 answers, the longest at 4,000 tokens, running 1m15s"},
+		{&schema.Stragglers{InFlight: 2, LongestTokens: 900}, "waiting on 2 answers, the longest at 900 tokens"},
+		{&schema.Stragglers{}, "(set by the longest answers still to come)"},
+	}
+	for _, c := range cases {
+		st := fixedRun()
+		st.Phase, st.Stragglers = schema.PhaseDraining, c.s
+		var b bytes.Buffer
+		if err := status.WriteRun(&b, st); err != nil {
+			t.Fatal(err)
+		}
+		line := ""
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "ETA") {
+				line = l
+			}
+		}
+		if !strings.HasSuffix(line, c.want) {
+			t.Errorf("%+v: ETA line %q, want it to end in %q", *c.s, line, c.want)
+		}
+	}
+	st := fixedRun()
+	var b bytes.Buffer
+	if err := status.WriteRun(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "waiting on") || strings.Contains(b.String(), "still to come") {
+		t.Errorf("status names stragglers the event did not:\n%s", b.String())
+	}
+}

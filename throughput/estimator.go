@@ -360,6 +360,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		requests          int // requests being generated: inFlight less the conversations between turns
 		decoding, interim int
 		censored          []float64
+		flights           []flight
 		window, recent    spanStats
 		rateWindow        float64 // tokens/s, sum of per-worker rates
 		streamed          = e.retired
@@ -378,6 +379,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 			decoding += w.samples[n-1].decoding
 		}
 		censored = append(censored, w.inFlightTokens...)
+		flights = append(flights, w.flights...)
 		ws := w.over(e.cfg.Window)
 		window.add(ws)
 		recent.add(w.over(recentSpan))
@@ -468,8 +470,12 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		speed:       speed,
 		decoding:    decoding,
 		longest:     longest,
+		flights:     flights,
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
+	if out.Phase == schema.PhaseDraining || (band.stragglers && out.Phase != schema.PhaseDone) {
+		out.Stragglers = waitingOn(out.Phase, requests, flights, censored)
+	}
 	if back, held := e.strandedBack(now); back > 0 && out.Phase != schema.PhaseDone {
 		holdETA(&out, back.Seconds())
 		out.Stranded, out.StrandedBackSec = held, math.Ceil(back.Seconds())
@@ -560,6 +566,9 @@ func sanitize(t schema.Throughput) schema.Throughput {
 	}
 	if math.IsNaN(t.ETAHighSec) || math.IsInf(t.ETAHighSec, 0) || t.ETAHighSec < t.ETASec {
 		t.ETAHighSec = t.ETASec
+	}
+	if t.ETASec < 0 {
+		t.Stragglers = nil
 	}
 	if t.ETALowSec < 0 && t.ETASec >= 0 {
 		t.ETALowSec = 0

@@ -39,6 +39,9 @@ type worker struct {
 	// turns, which InFlight counts and no request stands for.
 	requests       int
 	inFlightTokens []float64
+	// flights is the requests listed, with their own speed where the
+	// heartbeat gives their age (Heartbeat.InFlightMillis).
+	flights []flight
 	// interim is the worker's latest Heartbeat.InterimTurns: a gauge.
 	interim int
 	// stopping is set when the latest heartbeat said the worker stops: it
@@ -80,7 +83,9 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	w.interim = max(hb.InterimTurns, 0)
 	w.stopping = hb.Paused && hb.PausedReason == schema.PausedStopping
 	w.inFlightTokens = w.inFlightTokens[:0]
+	w.flights = w.flights[:0]
 	decoding := 0
+	aged := len(hb.InFlightMillis) == len(hb.InFlightTokens)
 	for i, c := range hb.InFlightTokens {
 		if i >= maxInFlightTokens {
 			break
@@ -89,7 +94,16 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 		if c > 0 {
 			decoding++
 		}
-		w.inFlightTokens = append(w.inFlightTokens, float64(clampLength(int64(c))))
+		tokens := float64(clampLength(int64(c)))
+		w.inFlightTokens = append(w.inFlightTokens, tokens)
+		f := flight{tokens: tokens}
+		if aged && hb.InFlightMillis[i] > 0 {
+			f.age = float64(hb.InFlightMillis[i]) / 1000
+			if tokens >= ownSpeedTokens {
+				f.speed = tokens / f.age
+			}
+		}
+		w.flights = append(w.flights, f)
 	}
 	w.requests = len(hb.InFlightTokens)
 	if len(hb.InFlightTokens) == 0 {

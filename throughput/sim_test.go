@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,6 +54,16 @@ type simConfig struct {
 	// the batch here, so the run's truth is the same as without them.
 	others       int
 	reportOthers bool
+	// override, if set, gives prompt i a length of its own when it
+	// returns more than zero: a straggler placed where the study wants it.
+	override func(i int) float64
+	// speedSigma, above zero, gives each request its own steady speed:
+	// speed times a lognormal factor of that σ (and median 1), as on a
+	// server whose requests stream at different speeds whatever the batch.
+	speedSigma float64
+	// noAges leaves Heartbeat.InFlightMillis out, as a worker older than
+	// the field does.
+	noAges bool
 }
 
 func defaultSim() simConfig {
@@ -74,6 +85,8 @@ func defaultSim() simConfig {
 // simRequest is one prompt being generated: its current turn's request
 // decodes from decodeStart to length tokens.
 type simRequest struct {
+	sent        float64 // seconds
+	speed       float64 // tokens/s
 	decodeStart float64 // seconds
 	length      int
 	truncated   bool
@@ -180,7 +193,17 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 			} else {
 				l = cfg.median * math.Exp(cfg.sigma*rng.NormFloat64())
 			}
+			if cfg.override != nil && cfg.override(i) > 0 {
+				l = cfg.override(i)
+			}
 			lengths[i] = append(lengths[i], max(1, int(math.Round(l))))
+		}
+	}
+	speeds := make([]float64, cfg.prompts)
+	for i := range speeds {
+		speeds[i] = cfg.speed
+		if cfg.speedSigma > 0 {
+			speeds[i] *= math.Exp(cfg.speedSigma * rng.NormFloat64())
 		}
 	}
 
@@ -212,11 +235,11 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 	startTurn := func(w, id int, r *simRequest, now float64) {
 		start := math.Max(now, prefillFree) + cfg.prefill
 		prefillFree = start
-		r.decodeStart, r.length, r.truncated = start, lengths[id][r.turn], false
+		r.sent, r.decodeStart, r.length, r.truncated = now, start, lengths[id][r.turn], false
 		if r.length >= cfg.maxTokens {
 			r.length, r.truncated = cfg.maxTokens, true
 		}
-		push(start+float64(r.length)/cfg.speed, w, id)
+		push(start+float64(r.length)/r.speed, w, id)
 	}
 	submit := func(w int, now float64) {
 		if next >= cfg.prompts {
@@ -224,7 +247,7 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 		}
 		id := next
 		next++
-		r := &simRequest{}
+		r := &simRequest{sent: now, speed: speeds[id]}
 		workers[w].active[id] = r
 		startTurn(w, id, r, now)
 	}
@@ -261,9 +284,12 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 			streamed := w.finished
 			for _, id := range slices.Sorted(maps.Keys(w.active)) {
 				r := w.active[id]
-				c := min(r.length, int(math.Max(0, ev.at-r.decodeStart)*cfg.speed))
+				c := min(r.length, int(math.Max(0, ev.at-r.decodeStart)*r.speed))
 				streamed += int64(c)
 				h.InFlightTokens = append(h.InFlightTokens, c)
+				if !cfg.noAges {
+					h.InFlightMillis = append(h.InFlightMillis, int64((ev.at-r.sent)*1000))
+				}
 				if !cfg.countConversations {
 					h.InterimTurns += len(r.done)
 				}
@@ -409,9 +435,17 @@ func TestSyntheticSharedRun(t *testing.T) {
 	blind := shared
 	blind.reportOthers = false
 	runs := map[string]simResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for name, cfg := range map[string]simConfig{"alone": alone, "shared": shared, "blind": blind} {
-		runs[name] = runSim(cfg, 65)
+		wg.Go(func() {
+			r := runSim(cfg, 65)
+			mu.Lock()
+			runs[name] = r
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
 	steadyAt := func(r simResult) float64 {
 		for _, row := range r.rows {
 			if order[row.snap.Phase] >= order[schema.PhaseSteady] {

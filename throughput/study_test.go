@@ -49,6 +49,9 @@ type studyRun struct {
 	// the engine's time. Results stay in engine time (ETAs are scaled
 	// back). Zero or 1: the estimator reads the engine's time.
 	wall float64
+	// straggler, above zero, is an answer of that many tokens given to
+	// prompt stragglerAt: the run's end set by one late long answer.
+	straggler, stragglerAt int
 }
 
 func defaultStudyRun(prompts int, seed int64) studyRun {
@@ -92,6 +95,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 	wall := max(r.wall, 1)
 	clock := func(d time.Duration) time.Time { return simEpoch.Add(time.Duration(float64(d) / wall)) }
 	active := map[int]*simulator.VirtualRequest{}
+	sent := map[int]time.Duration{}
 	next, done := 0, 0
 	var streamed int64 // tokens of finished requests
 	var end time.Duration
@@ -100,11 +104,18 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 		if next >= r.prompts {
 			return
 		}
-		req, err := v.Submit(next, studyPrompt(next), r.maxTokens)
+		var req *simulator.VirtualRequest
+		var err error
+		if r.straggler > 0 && next == r.stragglerAt {
+			req, err = v.SubmitLength(next, studyPrompt(next), r.maxTokens, r.straggler)
+		} else {
+			req, err = v.Submit(next, studyPrompt(next), r.maxTokens)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		active[next] = req
+		sent[next] = v.Now()
 		next++
 	}
 	v.OnFinish = func(req *simulator.VirtualRequest) {
@@ -132,6 +143,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 				c := active[id].Tokens()
 				tokens += int64(c)
 				h.InFlightTokens = append(h.InFlightTokens, c)
+				h.InFlightMillis = append(h.InFlightMillis, (time.Duration(float64(at-sent[id]) / wall)).Milliseconds())
 			}
 			h.TokensStreamed = tokens
 			est.Heartbeat(h)
@@ -438,6 +450,41 @@ func (tab studyTable) perSeed() string {
 	return b.String()
 }
 
+// maxHighOverTruth bounds the band's high end at half way through the
+// reference run, over the time really left: a band that reaches much
+// further says nothing a person can plan by.
+const maxHighOverTruth = 3.0
+
+// highOverTruth returns the median and the largest of the band's high
+// end over the true remaining time at the checkpoint share.
+func (tab studyTable) highOverTruth(share float64) (median, worst float64) {
+	k := slices.Index(studyCheckpoints, share)
+	if k < 0 {
+		return 0, 0
+	}
+	var r []float64
+	for _, p := range tab.points[k] {
+		if p.hasETA {
+			r = append(r, p.high/p.truth)
+		}
+	}
+	if len(r) == 0 {
+		return 0, 0
+	}
+	slices.Sort(r)
+	return r[len(r)/2], r[len(r)-1]
+}
+
+// checkHigh fails t when the band's high end at half way is more than
+// maxHighOverTruth times the time left in any run, and logs the figures.
+func (tab studyTable) checkHigh(t *testing.T) {
+	median, worst := tab.highOverTruth(0.50)
+	t.Logf("band's high end at 50%% over the true remaining time: median %.2f, largest %.2f", median, worst)
+	if worst > maxHighOverTruth {
+		t.Errorf("at 50%% of the run the band's high end reaches %.2f times the time left, want at most %.0f", worst, maxHighOverTruth)
+	}
+}
+
 // TestETAStudy is the full study (make eta-study): the reference run's
 // shape at its full 25,000 prompts, many seeds. It runs only when
 // AERIE_ETA_STUDY is set; AERIE_ETA_PROMPTS and AERIE_ETA_SEEDS change
@@ -459,6 +506,7 @@ func TestETAStudy(t *testing.T) {
 	}
 	tab := runStudy(t, prompts, ss, false)
 	t.Log("\n" + tab.format())
+	tab.checkHigh(t)
 	if os.Getenv("AERIE_ETA_VERBOSE") != "" {
 		t.Log("\n" + tab.perSeed())
 	}
@@ -476,6 +524,7 @@ func TestETAAccuracy(t *testing.T) {
 	}
 	tab := runStudy(t, 25000, []int64{1, 2, 3}, true)
 	t.Log("\n" + tab.format() + "\n" + tab.perSeed())
+	tab.checkHigh(t)
 	covered, n := 0, 0
 	for k, share := range studyCheckpoints {
 		for i, p := range tab.points[k] {

@@ -39,6 +39,27 @@ type tailCase struct {
 	backend string // "engine" or "constant"
 	sigma   float64
 	capped  bool
+	// straggler gives one prompt, handed out late, an answer of
+	// stragglerFactor times the mean: the run's end is set by it. On the
+	// constant backend every request then streams at its own speed too
+	// (stragglerSpeedSigma).
+	straggler bool
+}
+
+// stragglerFactor is the straggler's length over the mean, and
+// stragglerSpeedSigma the spread of the requests' own speeds on the
+// constant backend of those cells: the run that showed the ETA short by
+// 60% had one answer of 60 times the mean, started late, on a server
+// whose requests each streamed at a steady speed of their own.
+const (
+	stragglerFactor     = 60
+	stragglerSpeedSigma = 0.3
+)
+
+// stragglerAt is where the straggler goes in the queue: between 83% and
+// 95% of it, by seed.
+func stragglerAt(prompts int, seed int64) int {
+	return int(float64(prompts) * (0.80 + 0.03*float64((seed-1)%5+1)))
 }
 
 func (c tailCase) String() string {
@@ -46,7 +67,11 @@ func (c tailCase) String() string {
 	if c.capped {
 		cap = fmt.Sprint(tailCap)
 	}
-	return fmt.Sprintf("%s σ=%.1f max_tokens=%s", c.backend, c.sigma, cap)
+	late := ""
+	if c.straggler {
+		late = " with a late straggler"
+	}
+	return fmt.Sprintf("%s σ=%.1f max_tokens=%s%s", c.backend, c.sigma, cap, late)
 }
 
 // median is the lognormal median that gives the study's mean at c.sigma.
@@ -64,6 +89,9 @@ func playTail(t testing.TB, c tailCase, seed int64) []studyPoint {
 		r := defaultStudyRun(6000, seed)
 		r.sim.OutputSigma, r.sim.OutputMedian = c.sigma, int(math.Round(c.median()))
 		r.maxTokens = maxTokens
+		if c.straggler {
+			r.straggler, r.stragglerAt = stragglerFactor*tailMean, stragglerAt(r.prompts, seed)
+		}
 		r.wall = 6
 		r.heartbeat = time.Duration(float64(r.heartbeat) * r.wall)
 		r.every = time.Duration(float64(r.every) * r.wall)
@@ -83,6 +111,16 @@ func playTail(t testing.TB, c tailCase, seed int64) []studyPoint {
 		}
 		if c.capped {
 			cfg.maxTokens = maxTokens
+		}
+		if c.straggler {
+			at := stragglerAt(cfg.prompts, seed)
+			cfg.override = func(i int) float64 {
+				if i == at {
+					return stragglerFactor * tailMean
+				}
+				return 0
+			}
+			cfg.speedSigma = stragglerSpeedSigma
 		}
 		res := runSim(cfg)
 		var out []studyPoint
@@ -145,7 +183,11 @@ func (r tailResult) row() string {
 		cells = append(cells, fmt.Sprintf("%+.0f%% (%+.0f…%+.0f) %d/%d", 100*errs[len(errs)/2], 100*errs[0], 100*errs[len(errs)-1], cov, len(errs)))
 	}
 	close, covered, either, n := r.within(0.25)
-	return fmt.Sprintf("| %s | %.1f | %s | %s | %d | %d | %d of %d |", r.c.backend, r.c.sigma, map[bool]string{true: fmt.Sprint(tailCap), false: "none"}[r.c.capped],
+	backend := r.c.backend
+	if r.c.straggler {
+		backend += ", late straggler"
+	}
+	return fmt.Sprintf("| %s | %.1f | %s | %s | %d | %d | %d of %d |", backend, r.c.sigma, map[bool]string{true: fmt.Sprint(tailCap), false: "none"}[r.c.capped],
 		strings.Join(cells, " | "), close, covered, either, n)
 }
 
@@ -173,17 +215,25 @@ func TestETAHeavyTails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40 simulated runs")
 	}
-	sigmas := []float64{0.6, 1.2}
+	sigmas, stragglerSigmas := []float64{0.6, 1.2}, []float64{1.2}
 	if os.Getenv("AERIE_ETA_STUDY") != "" {
-		sigmas = []float64{0.6, 1.0, 1.2, 1.5}
+		sigmas, stragglerSigmas = []float64{0.6, 1.0, 1.2, 1.5}, []float64{1.2, 1.5}
 	}
 	var cases []tailCase
 	for _, backend := range []string{"engine", "constant"} {
 		for _, sigma := range sigmas {
 			for _, capped := range []bool{false, true} {
-				cases = append(cases, tailCase{backend, sigma, capped})
+				cases = append(cases, tailCase{backend: backend, sigma: sigma, capped: capped})
 			}
 		}
+	}
+	for _, backend := range []string{"engine", "constant"} {
+		for _, sigma := range stragglerSigmas {
+			cases = append(cases, tailCase{backend: backend, sigma: sigma, straggler: true})
+		}
+	}
+	if f := os.Getenv("AERIE_ETA_CELLS"); f != "" {
+		cases = slices.DeleteFunc(cases, func(c tailCase) bool { return !strings.Contains(c.String(), f) })
 	}
 	results := runTails(t, cases, 5)
 	lines := []string{"ETA error at each share of the run: median (range) and runs whose band holds the truth", "", tailHeader}

@@ -88,8 +88,14 @@ func (r *reporter) heartbeat(l *lane) schema.Heartbeat {
 			hb.OtherRuns += int(o.n.held.Load())
 		}
 	}
+	now := time.Now()
 	for _, f := range r.flights.Lane(l.index) {
 		hb.InFlightTokens = append(hb.InFlightTokens, int(f.Tokens))
+		var age int64
+		if !f.Sent.IsZero() {
+			age = now.Sub(f.Sent).Milliseconds()
+		}
+		hb.InFlightMillis = append(hb.InFlightMillis, age)
 	}
 	if p := r.pauses.of(l).Pause(); p.Paused {
 		hb.Paused, hb.PausedReason = true, p.Reason

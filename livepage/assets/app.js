@@ -247,6 +247,9 @@ function render(s) {
       eta += " (" + dur(t.eta_low_sec) + "–" + dur(t.eta_high_sec) + ")";
     }
     setText("eta", t.phase === "done" ? "done" : eta);
+    const note = t.phase === "done" ? "" : stragglerNote(t.stragglers);
+    $("eta-note").hidden = !note;
+    setText("eta-note", note);
     const ph = $("phase");
     setText("phase", t.phase);
     ph.className = "badge " + t.phase.replace(/[^a-z-]/g, "");
@@ -268,6 +271,19 @@ function render(s) {
   const l = s.lengths;
   setText("len-summary", l.count > 0 ? "(" + num(l.count) + " answers, mean " + num(l.mean) + ", longest " + num(l.max) + ")" : "");
   tick();
+}
+
+// stragglerNote says what the ETA waits on when the run's longest answers
+// set its end (the event's stragglers), as aerie status does.
+function stragglerNote(s) {
+  if (!s) return "";
+  if (!s.in_flight) return "The ETA is set by the longest answers still to come.";
+  let note = "Waiting on " + num(s.in_flight) + (s.in_flight === 1 ? " answer" : " answers");
+  if (s.longest_tokens > 0) {
+    note += (s.in_flight === 1 ? " at " : ", the longest at ") + num(s.longest_tokens) + " tokens";
+    if (s.longest_sec > 0) note += ", running " + dur(s.longest_sec);
+  }
+  return note + ".";
 }
 
 // hasBand says whether an event or a point carries the ETA's band: an
