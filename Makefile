@@ -28,7 +28,7 @@ DATA     ?= ./data
 # of inputs such as 30000x (what CI uses; see .ci/run).
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench rss fuzz install clean image deploy-check deploy-schemas natscli browser eta-study
+.PHONY: build run test vet bench rss fuzz install clean image deploy-check deploy-schemas natscli browser zsh eta-study
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aerie
@@ -71,7 +71,7 @@ vet:
 	$(GO) tool staticcheck ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
-test: vet deploy-check natscli browser
+test: vet deploy-check natscli browser zsh
 	mkdir -p artifacts
 	AERIE_TEST_ARTIFACTS=$(CURDIR)/artifacts $(GO) test -race -count=1 -timeout 15m ./...
 
@@ -89,6 +89,18 @@ browser:
 		echo "could not install chromium: the live page's browser test will skip"; \
 	else \
 		echo "no chromium and no way to install it: the live page's browser test will skip"; \
+	fi; true
+
+# The completion test (cmd/aerie) tries the zsh script in zsh. As root
+# with apt-get, install Debian's zsh when it is missing; otherwise the
+# test tries bash alone and says so. Never fails the build.
+zsh:
+	@command -v zsh >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing zsh for the completion test"; \
+		(apt-get install -y zsh >/dev/null 2>&1 || \
+		 (apt-get update >/dev/null 2>&1 && apt-get install -y zsh >/dev/null 2>&1)) || \
+		echo "could not install zsh: the completion test tries bash alone"; \
 	fi; true
 
 # The nats CLI that cmd/aerie's test runs the README's inspection commands

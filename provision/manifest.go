@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/aerie-dev/aerie/schema"
+	"github.com/aerie-dev/aerie/spelling"
 )
 
 // manifestWarnInterval is how long WaitManifest waits before it warns
@@ -193,30 +194,9 @@ func serverURL(js jetstream.JetStream) string {
 func nearest(run string, names []string) string {
 	best, bestD := "", max(1, len(run)/3)+1
 	for _, n := range names {
-		if d := editDistance(run, n); d < bestD {
+		if d := spelling.Distance(run, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -15,13 +15,16 @@ import (
 // command has.
 func newFlags(name, synopsis string) (*flag.FlagSet, *logFlags) {
 	fs := flag.NewFlagSet("aerie "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: aerie %s %s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+	if usageOutput != nil {
+		fs.SetOutput(usageOutput)
 	}
+	fs.Usage = func() { printUsage(fs.Output(), fs, name, synopsis) }
 	lf := &logFlags{}
 	fs.StringVar(&lf.level, "log-level", envOr("AERIE_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env AERIE_LOG_LEVEL)")
 	fs.StringVar(&lf.format, "log-format", envOr("AERIE_LOG_FORMAT", "text"), "log format: text or json (env AERIE_LOG_FORMAT)")
+	if configurable[name] {
+		addConfigFlags(fs)
+	}
 	if writesFiles[name] {
 		fs.Var(newUmaskFlag(), "umask", "octal `mask` of the permission bits taken away from every file and directory this command creates: the default keeps outputs, logs, locks and stores to their owner (files 0600, directories 0700); 0022 makes them readable by all (0644, 0755). Files that exist keep their mode, also when rewritten (env AERIE_UMASK)")
 	}
@@ -39,6 +42,13 @@ var writesFiles = map[string]bool{
 // an argument left over is a mistake (a flag without its dashes, or a
 // value with a space in it), reported rather than ignored.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	var cr *configRun
+	if fs.Lookup("config") != nil {
+		var err error
+		if cr, err = applyConfig(fs, args); err != nil {
+			return err
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +61,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			return u.envErr
 		}
 		fsmode.SetUmask(u.mask)
+	}
+	if f := fs.Lookup("print-config"); cr != nil && f != nil && f.Value.String() == "true" {
+		printConfig(os.Stdout, fs, cr)
+		return errPrintedConfig
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ var commands = []command{
 	{"server", "run an embedded NATS server with JetStream, for several aerie processes on one machine", cmdServer},
 	{"decode", "read a message from stdin (as nats --translate pipes it, or as the nats CLI prints it) and write it as JSON", cmdDecode},
 	{"doctor", "check NATS, streams, the run's consumer and manifest, backend, model, context length, data dir and units before a run", cmdDoctor},
+	{"completion", "print a bash or zsh script that completes commands, flags, run names and paths", cmdCompletion},
 	{"version", "print the version (also aerie --version)", cmdVersion},
 }
 
@@ -77,6 +78,11 @@ func aerie(args []string) int {
 		return help(args[1:])
 	case "-version", "--version":
 		return runCommand(lookup("version"), nil)
+	case "__complete":
+		// What the completion scripts call: candidates only, never an
+		// error (a shell shows nothing rather than a message).
+		_ = cmdComplete(context.Background(), args[1:])
+		return exitOK
 	}
 	c := lookup(args[0])
 	if c == nil {
@@ -126,7 +132,7 @@ func runCommand(c *command, args []string) int {
 	}
 	stop()
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp), errors.Is(err, errPrintedConfig):
 		return exitOK
 	}
 	fmt.Fprintf(os.Stderr, "aerie %s: %s\n", c.name, withoutOwnName(c.name, err.Error()))

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/aerie-dev/aerie/auth"
 	"strings"
 
+	"github.com/aerie-dev/aerie/auth"
 	"github.com/aerie-dev/aerie/requeue"
 )
 
@@ -72,7 +72,9 @@ func cmdReplay(ctx context.Context, args []string) error {
 // the flags.
 func describe(fs *flag.FlagSet, name, synopsis, text string) {
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: aerie %s %s\n\n%s\nFlags:\n", name, synopsis, text)
-		fs.PrintDefaults()
+		var b strings.Builder
+		printUsage(&b, fs, name, synopsis)
+		usage, groups, _ := strings.Cut(b.String(), "\n")
+		fmt.Fprintf(fs.Output(), "%s\n\n%s%s", usage, text, groups)
 	}
 }
