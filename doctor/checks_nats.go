@@ -167,7 +167,7 @@ func checkStreams(ctx context.Context, s *session) Result {
 		return warn("aerie produce creates them (on a cluster give the first produce --replicas 3)",
 			"not created yet: %s; %s", strings.Join(missing, ", "), found)
 	case len(notes) > 0:
-		return warn("nats stream edit NAME --replicas 3 --force, for each (see deploy/README.md, step 3)",
+		return warn("nats stream edit NAME --replicas 3 --force, for each (see deploy/README.md, step 4)",
 			"%s; on a cluster, %s keep one copy only: losing that node's disk loses the run", found, strings.Join(notes, ", "))
 	}
 	return pass("once per subject, file storage: %s", found)

@@ -7,7 +7,7 @@ import (
 )
 
 // Run is the state of one run. Its JSON field names are stable: scripts
-// may rely on them (README.md lists them). Counts come from the
+// may rely on them (docs/watching.md lists them). Counts come from the
 // aggregator's last throughput event, worker lines from the heartbeats,
 // Queue from the consumers.
 type Run struct {

@@ -105,11 +105,8 @@ func findNatsCLI(t testing.TB) string {
 // readmeInspectCommands returns the lines of the fenced block after
 // inspectMarker in README.md.
 func readmeInspectCommands(t *testing.T) []string {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(readme), inspectMarker)
+	readme := readDocs(t)
+	_, after, ok := strings.Cut(readme, inspectMarker)
 	if !ok {
 		t.Fatalf("README.md has no %q marker", inspectMarker)
 	}

@@ -26,7 +26,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	run := fs.String("run", "", "run to show; empty lists every run")
 	watch := fs.Bool("watch", false, "redraw every --interval until Ctrl-C (the screen is cleared only when stdout is a terminal)")
 	interval := fs.Duration("interval", status.DefaultInterval, "time between two redraws with --watch")
-	asJSON := fs.Bool("json", false, "print JSON (field names in README.md); with --watch one object a line")
+	asJSON := fs.Bool("json", false, "print JSON (field names in docs/watching.md); with --watch one object a line")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
