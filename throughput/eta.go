@@ -250,8 +250,8 @@ func withStragglers(b, s etaBand) etaBand {
 // stragglers): queued answers not yet started, handed out over busy
 // seconds, and the requests in flight, unlisted ones from no tokens. The
 // lone requests at the end speed up as the drain's model says, by its
-// default share for the point, its low share for the band's low end and
-// not at all for its high end.
+// default share for the point and not at all for the band's high end.
+// It has no low end: the band keeps the bulk's (see withStragglers).
 func stragglersEnd(in etaInput, sv *survival, queued int, busy float64, unlisted int, model func(float64) decodeModel) etaBand {
 	flights := in.flights
 	if len(flights) == 0 {
@@ -282,12 +282,10 @@ func stragglersEnd(in etaInput, sv *survival, queued int, busy float64, unlisted
 	}
 	s := stragglers{sv: sv, queued: queued, busy: busy, flights: flights, speed: in.speed, spread: speedSpread(flights)}
 	s.alone = model(defaultFixedShare).at(1)
-	mean, _, _ := s.end(0.05, 0.95)
-	s.alone = model(fixedShareLow).at(1)
-	_, low, _ := s.end(0.05, 0.95)
+	mean := s.mean()
 	s.alone = in.speed
-	_, _, high := s.end(0.05, 0.95)
-	return etaBand{eta: mean, low: low, high: high, stragglers: true}
+	high := s.quantile(0.95)
+	return etaBand{eta: mean, high: high, stragglers: true}
 }
 
 // workSpread returns the relative standard deviation of the time the

@@ -211,26 +211,44 @@ func (s stragglers) horizon() float64 {
 	return s.busy + s.sv.farEnd()/slowest
 }
 
-// end returns the expected time of the last answer's end and the times
-// it ends before with probability lowQ and highQ.
-func (s stragglers) end(lowQ, highQ float64) (mean, low, high float64) {
+// setup returns the horizon and notDone over the gathered flights, or
+// ok false when there is nothing to end.
+func (s stragglers) setup() (hi float64, notDone func(float64) float64, ok bool) {
 	if !(s.speed > 0) || (s.queued == 0 && len(s.flights) == 0) {
-		return 0, 0, 0
+		return 0, nil, false
 	}
-	hi := s.horizon()
+	hi = s.horizon()
 	if !(hi > 0) || math.IsInf(hi, 0) {
-		return 0, 0, 0
+		return 0, nil, false
 	}
 	gs := s.groups()
-	notDone := func(t float64) float64 { return s.notDone(gs, t) }
+	return hi, func(t float64) float64 { return s.notDone(gs, t) }, true
+}
+
+// mean returns the expected time of the last answer's end (0: nothing
+// to end).
+func (s stragglers) mean() float64 {
+	hi, notDone, ok := s.setup()
+	if !ok {
+		return 0
+	}
 	pts := make([]float64, 0, stragglerGrid+1)
 	pts = append(pts, 0)
 	step := math.Pow(1e4, 1/float64(stragglerGrid-1)) // from hi/10⁴ to hi
 	for v, i := hi/1e4, 0; i < stragglerGrid; i, v = i+1, v*step {
 		pts = append(pts, math.Min(v, hi))
 	}
-	mean = integrate(pts, notDone)
-	return mean, quantileOf(notDone, hi, 1-lowQ), quantileOf(notDone, hi, 1-highQ)
+	return integrate(pts, notDone)
+}
+
+// quantile returns the time by which the last answer has ended with
+// probability q (0: nothing to end).
+func (s stragglers) quantile(q float64) float64 {
+	hi, notDone, ok := s.setup()
+	if !ok {
+		return 0
+	}
+	return quantileOf(notDone, hi, 1-q)
 }
 
 // waitingOn says what the ETA waits on: while draining, the requests in
