@@ -474,7 +474,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
 	if out.Phase == schema.PhaseDraining || (band.stragglers && out.Phase != schema.PhaseDone) {
-		out.Stragglers = waitingOn(out.Phase, requests, flights, censored)
+		out.Stragglers = waitingOn(out.Phase, requests, e.cfg.Requests-doneRequests, flights, censored)
 	}
 	if back, held := e.strandedBack(now); back > 0 && out.Phase != schema.PhaseDone {
 		holdETA(&out, back.Seconds())

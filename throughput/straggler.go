@@ -254,12 +254,14 @@ func (s stragglers) quantile(q float64) float64 {
 // waitingOn says what the ETA waits on: while draining, the requests in
 // flight and the longest of them (by tokens, from flights when workers
 // list them with their ages, else from censored); before, when the
-// stragglers set it, the answers still to come.
-func waitingOn(phase schema.Phase, inFlight int, flights []flight, censored []float64) *schema.Stragglers {
+// stragglers set it, the answers still to come. The heartbeats may still
+// list requests whose answers are written since: no more are in flight
+// than the run has requests left (remaining).
+func waitingOn(phase schema.Phase, inFlight, remaining int, flights []flight, censored []float64) *schema.Stragglers {
 	if phase != schema.PhaseDraining {
 		return &schema.Stragglers{}
 	}
-	out := &schema.Stragglers{InFlight: max(inFlight, len(flights), len(censored))}
+	out := &schema.Stragglers{InFlight: max(min(max(inFlight, len(flights), len(censored)), remaining), 0)}
 	var longest flight
 	for _, f := range flights {
 		if f.tokens > longest.tokens {

@@ -34,6 +34,9 @@ func TestStragglerNamed(t *testing.T) {
 	named, held := 0, 0
 	for _, row := range res.rows {
 		s := row.snap.Stragglers
+		if left := row.snap.Total - row.snap.Completed - row.snap.Failed; s != nil && s.InFlight > left {
+			t.Errorf("at %.0f s: waiting on %d answers with %d lines left", row.t, s.InFlight, left)
+		}
 		if s == nil || s.InFlight != 1 {
 			continue
 		}
