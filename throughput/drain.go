@@ -16,9 +16,11 @@ import (
 // last batch's drain last about 70% longer than it did in simulation, and
 // the ETA err long by about a tenth from the middle of a run on.
 //
-// How wrong this share can be for other hardware, or for a run whose
-// steps are mostly prefill, is what the band's drain part allows for:
-// from a tenth to all of the step (see fixedShareLow, fixedShareHigh).
+// The share is of the decoding alone: the prefill of new prompts, which
+// the drain loses at once, is measured from the run (see relief.go). How
+// wrong the share can be for other hardware, and the relief before it
+// can be measured, is what the band's drain part allows for: from a
+// tenth to all of the step (see fixedShareLow, fixedShareHigh).
 const defaultFixedShare = 0.5
 
 // fixedShareLow and fixedShareHigh bound the fixed share for the band:
@@ -29,32 +31,42 @@ const defaultFixedShare = 0.5
 // tokens on average after 1,000-token prompts) the last requests decoded
 // 4.6 times as fast as in the full batch, beyond the quarter-fixed step
 // the band used to allow, and the band missed every drain of those runs.
+// The point now measures that relief (see relief.go). The band's low end
+// takes it too and keeps the tenth on top: before the relief can be
+// measured (the steady state's first twenty seconds) that covers it, and
+// after, the measure can err low.
 const (
 	fixedShareLow  = 0.1
 	fixedShareHigh = 1.0
 )
 
-// decodeModel is the decode speed of one request as a function of the
-// number of requests decoding with it: a step costs fixed + k·per, so
-// the speed at k requests is speed·(rho + n + bg)/(rho + k + bg), where
-// speed was measured at n requests, rho = fixed/per is the batch at which
+// decodeModel is the decode speed of one request, once the last prompt
+// is handed out, as a function of the number of requests decoding with
+// it: a step costs fixed + k·per, so the speed at k requests is
+// relief·speed·(rho + n + bg)/(rho + k + bg), where speed was measured at
+// n requests while prompts still arrived, relief is what their prefill
+// cost each step (see relief.go), rho = fixed/per is the batch at which
 // the requests' share of a step equals the fixed part, and bg is the
 // requests of other runs decoding beside them, taken to stay: a worker
 // that serves several runs hands the slots this run frees to the others,
-// so its batch empties less than this run's requests do. (If the others
-// refill every slot the speed does not change at all: the band's high
-// end, a step that does not depend on the batch, covers that.)
+// so its batch empties less than this run's requests do, and their
+// prompts keep arriving. (If the others refill every slot the speed does
+// not change at all: the band's high end, a step that does not depend on
+// the batch, covers that.)
 type decodeModel struct {
-	speed float64 // tokens/s of one request, measured at n requests
-	n     float64
-	rho   float64 // +Inf: the speed does not depend on the batch
-	bg    float64
+	speed  float64 // tokens/s of one request, measured at n requests
+	n      float64
+	rho    float64 // +Inf: the speed does not depend on the batch
+	bg     float64
+	relief float64 // >= 1
 }
 
 // newDecodeModel returns the model for a speed measured with n requests
 // decoding beside bg of other runs, when a full batch of full requests
-// spends share of each step on its fixed part.
-func newDecodeModel(speed, n, full, share, bg float64) decodeModel {
+// spends share of each step's decoding on its fixed part and the end of
+// arrivals speeds every request up by relief. With other runs beside
+// (bg > 0) their prompts keep arriving, and there is no relief.
+func newDecodeModel(speed, n, full, share, bg, relief float64) decodeModel {
 	n = math.Max(n, 1)
 	bg = math.Max(bg, 0)
 	full = math.Max(full, n+bg)
@@ -62,16 +74,20 @@ func newDecodeModel(speed, n, full, share, bg float64) decodeModel {
 	if share < 1 {
 		rho = full * share / (1 - share)
 	}
-	return decodeModel{speed: speed, n: n, rho: rho, bg: bg}
+	if bg > 0 || !(relief > 1) {
+		relief = 1
+	}
+	return decodeModel{speed: speed, n: n, rho: rho, bg: bg, relief: relief}
 }
 
 // at returns the speed of one request with k requests of this run
 // decoding.
 func (d decodeModel) at(k float64) float64 {
+	r := math.Max(d.relief, 1)
 	if math.IsInf(d.rho, 1) {
-		return d.speed
+		return r * d.speed
 	}
-	return d.speed * (d.rho + d.n + d.bg) / (d.rho + math.Max(k, 1) + d.bg)
+	return r * d.speed * (d.rho + d.n + d.bg) / (d.rho + math.Max(k, 1) + d.bg)
 }
 
 // drainTime returns the expected seconds until the last of n requests

@@ -197,6 +197,9 @@ type Estimator struct {
 	steady      bool      // the first wave has turned over; never reset
 	steadySince time.Time // when steady was first seen
 	draining    bool      // the last snapshot was draining (see phase)
+	// relief is the prefill relief last measured in steady state (see
+	// relief.go); 0 until then, which counts as none.
+	relief float64
 }
 
 // New returns an Estimator for a run started (as far as this process is
@@ -438,10 +441,24 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 	// at least the rates' window instead reached back into the ramp-up
 	// in a run of a few minutes (a simulator run six times faster than
 	// real time), and the ETA came out a fifth long at a tenth of it.
+	//
+	// The drain gains the prefill relief (see relief.go): measured over
+	// the same span in steady state. While draining, the speed is that of
+	// the recent intervals in which no prompt was sent, which has the
+	// relief in it already; until there is one, the relief last measured.
 	var speed float64
+	relief := 1.0
 	switch out.Phase {
-	case schema.PhaseRampUp, schema.PhaseDraining:
+	case schema.PhaseRampUp:
 		speed = recent.speed()
+	case schema.PhaseDraining:
+		var idle spanStats
+		for _, w := range live {
+			idle.add(w.overIdle(recentSpan))
+		}
+		if speed = idle.speed(); !(speed > 0) {
+			speed, relief = recent.speed(), e.relief
+		}
 	default:
 		span := min(speedSpan, max(now.Sub(e.steadySince), recentSpan))
 		var long spanStats
@@ -449,6 +466,10 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 			long.add(w.over(span))
 		}
 		speed = long.speed()
+		if out.Phase == schema.PhaseSteady {
+			relief = fleetRelief(live, now.Add(-span))
+			e.relief = relief
+		}
 	}
 	longest := float64(e.longest)
 	if len(censored) > 0 {
@@ -471,6 +492,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		decoding:    decoding,
 		longest:     longest,
 		flights:     flights,
+		relief:      relief,
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
 	if out.Phase == schema.PhaseDraining || (band.stragglers && out.Phase != schema.PhaseDone) {

@@ -46,6 +46,10 @@ type etaInput struct {
 	// flights is the requests in flight that workers list, with their
 	// own speed where known (see stragglers).
 	flights []flight
+	// relief is how much faster the requests decode once no prompts
+	// arrive (see relief.go): measured in steady state, and 1 once the
+	// speed is measured without arrivals. Zero counts as 1.
+	relief float64
 }
 
 // runLongest returns the length the run's longest answer is expected to
@@ -110,15 +114,17 @@ const bandZ = 1.645
 // drain is what an average-rate view gets wrong at the end: once nothing
 // is left to hand out, slots go idle one by one and the run ends with its
 // longest remaining answer, not when the average one would; and the
-// requests left decode faster as the batch around them empties (see
-// defaultFixedShare and drainTime). With n requests in flight when the
-// last request goes out, their remaining lengths R are those seen at a
-// random moment in a slot's life (density P(L > r)/E[L]); the first term
-// counts the average of them at the full batch's speed, E[R]/speed,
-// which the drain replaces. The longest of n depends on the far tail, so
-// the distribution is cut at the longest answer the run is expected to
-// produce (see runLongest); once an answer has been truncated, its
-// length is the max_tokens limit and bounds the tail exactly.
+// requests left decode faster, at once because no new prompts are
+// prefilled (the relief, measured: see relief.go) and then as the batch
+// around them empties (see defaultFixedShare and drainTime). With n
+// requests in flight when the last request goes out, their remaining
+// lengths R are those seen at a random moment in a slot's life (density
+// P(L > r)/E[L]); the first term counts the average of them at the full
+// batch's speed, E[R]/speed, which the drain replaces. The longest of n
+// depends on the far tail, so the distribution is cut at the longest
+// answer the run is expected to produce (see runLongest); once an answer
+// has been truncated, its length is the max_tokens limit and bounds the
+// tail exactly.
 //
 // When nothing is left to hand out (draining) the ETA is the drain of the
 // requests in flight, each from its own progress. Shortly before that,
@@ -172,8 +178,13 @@ func eta(in etaInput) etaBand {
 		return etaBand{eta: t, low: t, high: t}
 	}
 	full := float64(max(in.full, n))
-	model := func(share float64) decodeModel {
-		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share, float64(in.background))
+	model := func(share, relief float64) decodeModel {
+		return newDecodeModel(in.speed, float64(max(in.decoding, 1)), full, share, float64(in.background), relief)
+	}
+	// fastest is the band's fastest drain: the relief measured, and a
+	// decode step a tenth fixed.
+	fastest := func(surv func(float64) float64, hi float64, n int, top float64) float64 {
+		return drainTime(surv, hi, n, top, model(fixedShareLow, in.relief))
 	}
 	if queued == 0 {
 		// Draining: the run ends with the last of the requests in flight.
@@ -182,9 +193,9 @@ func eta(in etaInput) etaBand {
 		hi := sv.farEnd()
 		top := lastFinish(sv, in.censored, unlisted)
 		b := etaBand{
-			eta:  drainTime(surv, hi, held, top, model(defaultFixedShare)),
-			low:  drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
-			high: drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+			eta:  drainTime(surv, hi, held, top, model(defaultFixedShare, in.relief)),
+			low:  fastest(surv, hi, held, quantileOf(maxSurv, hi, 0.95)),
+			high: drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh, 1)),
 		}
 		return withStragglers(b, stragglersEnd(in, sv, 0, 0, unlisted, model))
 	}
@@ -206,15 +217,15 @@ func eta(in etaInput) etaBand {
 	busy := work/rate - one/in.speed
 	spread := bandZ * workSpread(in, sv, mean, queued)
 	b := etaBand{
-		eta:  busy + drainTime(surv, hi, n, longest, model(defaultFixedShare)),
-		low:  busy*math.Exp(-spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.95), model(fixedShareLow)),
-		high: busy*math.Exp(spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh)),
+		eta:  busy + drainTime(surv, hi, n, longest, model(defaultFixedShare, in.relief)),
+		low:  busy*math.Exp(-spread) + fastest(surv, hi, n, quantileOf(maxSurv, hi, 0.95)),
+		high: busy*math.Exp(spread) + drainTime(surv, hi, n, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh, 1)),
 	}
 	if queued < n {
 		// Close to the end the requests in flight may outlast the rest.
 		d := eta(etaInput{phase: in.phase, remaining: held, inFlight: in.inFlight, censored: in.censored,
 			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full, background: in.background,
-			flights: in.flights})
+			flights: in.flights, relief: in.relief})
 		b = laterOf(b, d)
 	}
 	// During ramp-up the tail rests mostly on the prior: as for the bulk's
@@ -250,10 +261,13 @@ func withStragglers(b, s etaBand) etaBand {
 // stragglers): queued answers not yet started, handed out over busy
 // seconds, and the requests in flight, unlisted ones from no tokens. The
 // lone requests at the end speed up as the drain's model says, by its
-// default share for the point and not at all for the band's high end.
+// default share and the relief for the point, and not at all for the
+// band's high end.
 // It has no low end: the band keeps the bulk's (see withStragglers).
-func stragglersEnd(in etaInput, sv *survival, queued int, busy float64, unlisted int, model func(float64) decodeModel) etaBand {
-	flights := in.flights
+func stragglersEnd(in etaInput, sv *survival, queued int, busy float64, unlisted int, model func(share, relief float64) decodeModel) etaBand {
+	// Clipped: the unlisted requests appended below must not land in the
+	// spare capacity of the caller's slice.
+	flights := slices.Clip(in.flights)
 	if len(flights) == 0 {
 		for _, c := range in.censored {
 			flights = append(flights, flight{tokens: c})
@@ -281,7 +295,7 @@ func stragglersEnd(in etaInput, sv *survival, queued int, busy float64, unlisted
 		flights = append(flights, flight{})
 	}
 	s := stragglers{sv: sv, queued: queued, busy: busy, flights: flights, speed: in.speed, spread: speedSpread(flights)}
-	s.alone = model(defaultFixedShare).at(1)
+	s.alone = model(defaultFixedShare, in.relief).at(1)
 	mean := s.mean()
 	s.alone = in.speed
 	high := s.quantile(0.95)

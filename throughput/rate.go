@@ -1,6 +1,7 @@
 package throughput
 
 import (
+	"math"
 	"time"
 
 	"github.com/aerie-dev/aerie/schema"
@@ -20,12 +21,22 @@ type sample struct {
 	// decoding is the number of requests streaming tokens at that moment
 	// (in flight and past their first token).
 	decoding int
+	// started is the requests sent since the previous sample: those
+	// that ended (completed, dead-lettered or handed back) plus the
+	// change in those in flight. −1 when not known: the first sample of
+	// a series, or after a counter reset.
+	started float64
+	// full is set when the worker's window was full (within a twentieth),
+	// its own requests and other runs' together: the batch of the steady
+	// state.
+	full bool
 }
 
 // worker is what is known about one worker process: its latest heartbeat
 // and enough of its history to measure rates.
 type worker struct {
 	raw       int64 // the last TokensStreamed counter seen
+	ended     int64 // the last Completed+DeadLettered+Retried seen
 	samples   []sample
 	lastHeard time.Time
 
@@ -64,7 +75,8 @@ type worker struct {
 // one worker's tokens goes uncounted.
 func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	raw := max(hb.TokensStreamed, 0)
-	tokens := 0.0
+	ended := max(hb.Completed, 0) + max(hb.DeadLettered, 0) + max(hb.Retried, 0)
+	tokens, started := 0.0, -1.0
 	if n := len(w.samples); n > 0 {
 		prev := w.samples[n-1]
 		if !hb.Time.After(prev.at) {
@@ -74,8 +86,16 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 		if raw >= w.raw {
 			tokens += float64(raw - w.raw)
 		}
+		if ended >= w.ended {
+			requests := len(hb.InFlightTokens)
+			if requests == 0 {
+				requests = hb.InFlight
+			}
+			started = math.Max(float64(ended-w.ended)+float64(requests-w.requests), 0)
+		}
 	}
 	w.raw = raw
+	w.ended = ended
 	w.lastHeard = hb.Time
 	w.window = max(hb.Window, 0)
 	w.others = min(max(hb.OtherRuns, 0), w.window)
@@ -111,7 +131,8 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 		decoding = w.inFlight
 		w.requests = w.inFlight
 	}
-	w.samples = append(w.samples, sample{at: hb.Time, tokens: tokens, decoding: decoding})
+	full := hb.Window > 0 && 20*(max(hb.InFlight, 0)+w.others) >= 19*hb.Window
+	w.samples = append(w.samples, sample{at: hb.Time, tokens: tokens, decoding: decoding, started: started, full: full})
 	w.trim(keep)
 }
 
@@ -155,6 +176,16 @@ type spanStats struct {
 // to clock offsets between machines and to where in the heartbeat cycle
 // the question is asked.
 func (w *worker) over(span time.Duration) spanStats {
+	return w.overIntervals(span, false)
+}
+
+// overIdle is over counting only the intervals in which no request was
+// sent: the speed without the prefill of new prompts (see relief.go).
+func (w *worker) overIdle(span time.Duration) spanStats {
+	return w.overIntervals(span, true)
+}
+
+func (w *worker) overIntervals(span time.Duration, idle bool) spanStats {
 	n := len(w.samples)
 	if n < 2 {
 		return spanStats{}
@@ -168,6 +199,9 @@ func (w *worker) over(span time.Duration) spanStats {
 	var st spanStats
 	for k := i + 1; k < n; k++ {
 		a, b := w.samples[k-1], w.samples[k]
+		if idle && b.started != 0 {
+			continue
+		}
 		dt := b.at.Sub(a.at).Seconds()
 		st.seconds += dt
 		st.tokens += b.tokens - a.tokens

@@ -95,9 +95,10 @@ type simRequest struct {
 }
 
 type simWorker struct {
-	name     string
-	active   map[int]*simRequest
-	finished int64 // tokens of finished requests
+	name      string
+	active    map[int]*simRequest
+	finished  int64 // tokens of finished requests
+	completed int64 // lines written
 }
 
 // simEvent is a completion (req >= 0) or a heartbeat (req < 0) of a
@@ -294,7 +295,7 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 					h.InterimTurns += len(r.done)
 				}
 			}
-			h.TokensStreamed = streamed
+			h.TokensStreamed, h.Completed = streamed, w.completed
 			est.Heartbeat(h)
 			if done < cfg.prompts {
 				push(ev.at+hb, ev.worker, -1)
@@ -318,6 +319,7 @@ func runSim(cfg simConfig, extra ...float64) simResult {
 				answer = Single(sum, r.truncated)
 			}
 			est.Completed(simTime(ev.at), answer)
+			w.completed++
 			done++
 			res.end = ev.at
 			submit(ev.worker, ev.at)

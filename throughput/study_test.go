@@ -146,6 +146,7 @@ func playStudyTrace(t testing.TB, r studyRun, after func()) studyResult {
 				h.InFlightMillis = append(h.InFlightMillis, (time.Duration(float64(at-sent[id]) / wall)).Milliseconds())
 			}
 			h.TokensStreamed = tokens
+			h.Completed = int64(done)
 			est.Heartbeat(h)
 			hb += r.heartbeat
 		}

@@ -206,11 +206,11 @@ func runTails(t *testing.T, cases []tailCase, seeds int) []tailResult {
 const tailHeader = "| backend | σ | max_tokens | 10% | 25% | 50% | 75% | within ±25% | band holds | either |\n|---|---|---|---|---|---|---|---|---|---|"
 
 // TestETAHeavyTails is the bounded heavy-tail study that make test runs:
-// σ 0.6 and 1.2, capped and not, on both backends, five seeds each. At
+// σ 0.6 and 1.2, capped and not, on both backends, and the engine at
+// σ 1.5 with a cap, five seeds each. At
 // each cell, the ETA must be within ±25% of the true remaining time, or
 // its band must hold the true finish, at 80% or more of the checkpoints
-// over the seeds. make eta-study adds σ 1.0, held to the same, and σ 1.5,
-// only reported.
+// over the seeds. make eta-study adds σ 1.0 and 1.5, held to the same.
 func TestETAHeavyTails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40 simulated runs")
@@ -227,6 +227,11 @@ func TestETAHeavyTails(t *testing.T) {
 			}
 		}
 	}
+	if os.Getenv("AERIE_ETA_STUDY") == "" {
+		// The cell the prefill relief was measured for (see relief.go):
+		// the engine's drain is most of its ETA's error.
+		cases = append(cases, tailCase{backend: "engine", sigma: 1.5, capped: true})
+	}
 	for _, backend := range []string{"engine", "constant"} {
 		for _, sigma := range stragglerSigmas {
 			cases = append(cases, tailCase{backend: backend, sigma: sigma, straggler: true})
@@ -242,9 +247,6 @@ func TestETAHeavyTails(t *testing.T) {
 	}
 	t.Log("\n" + strings.Join(lines, "\n"))
 	for _, r := range results {
-		if r.c.sigma > 1.2 {
-			continue // reported, not held to it: see docs/eta.md
-		}
 		if _, _, either, n := r.within(0.25); 5*either < 4*n {
 			t.Errorf("%s: the ETA is within ±25%% of the truth or its band holds it at %d of %d checkpoints, want 80%%", r.c, either, n)
 		}

@@ -1,0 +1,127 @@
+package throughput
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/aerie-dev/aerie/schema"
+)
+
+// reliefWorker feeds a worker intervals heartbeats 2 s apart with 200
+// requests decoding, a random number of requests sent in each interval
+// (20 to 40), and the per-request speed that speed gives for the prompts
+// sent per second; completed is the counter the heartbeats carry. It
+// returns the worker and the mean of the prompts sent per second.
+func reliefWorker(intervals int, speed func(perSec float64) float64) (*worker, float64) {
+	w := &worker{}
+	rng := rand.New(rand.NewPCG(7, 11))
+	at := simEpoch
+	var tokens, completed int64
+	inFlight := make([]int, 200)
+	for i := range inFlight {
+		inFlight[i] = 100
+	}
+	beat := func() {
+		w.observe(schema.Heartbeat{Run: "r", Worker: "w", Time: at, Window: 200, InFlight: 200,
+			InFlightTokens: inFlight, TokensStreamed: tokens, Completed: completed}, time.Hour)
+	}
+	beat()
+	sum := 0.0
+	for range intervals {
+		sent := 20 + rng.IntN(21)
+		sum += float64(sent) / 2
+		tokens += int64(math.Round(speed(float64(sent)/2) * 200 * 2))
+		completed += int64(sent)
+		at = at.Add(2 * time.Second)
+		beat()
+	}
+	return w, sum / float64(max(intervals, 1))
+}
+
+// TestReliefFromArrivals checks the fit against a step of known cost:
+// A = 50 ms of decoding plus 0.04 ms per prompt token read, prompts of
+// 1,000 tokens, so c = 40 ms per prompt. A request's speed is
+// (1 − c·π)/A for π prompts a second; at the mean of 15 a second prefill
+// takes 60% of the time, and the requests decode 2.5 times as fast once
+// none arrive.
+func TestReliefFromArrivals(t *testing.T) {
+	const a, c = 0.050, 0.040
+	prefill := func(perSec float64) float64 { return (1 - c*perSec) / a }
+	w, mean := reliefWorker(60, prefill)
+	r, ok := w.reliefSince(simEpoch)
+	if !ok {
+		t.Fatal("no fit from 60 intervals")
+	}
+	// The speed at no arrivals over the speed at their mean (the speed is
+	// linear in them, so that is the mean speed).
+	want := prefill(0) / prefill(mean)
+	if math.Abs(r.factor/want-1) > 0.03 {
+		t.Errorf("relief %.3f, want %.3f", r.factor, want)
+	}
+
+	// Each request at its own speed whatever arrives: no relief.
+	flat, _ := reliefWorker(60, func(float64) float64 { return 20 })
+	if r, ok := flat.reliefSince(simEpoch); !ok || r.factor != 1 {
+		t.Errorf("speed independent of arrivals: relief %v (fitted %v), want 1", r.factor, ok)
+	}
+	// Too short a history to tell a slope from noise.
+	short, _ := reliefWorker(minReliefIntervals-1, prefill)
+	if _, ok := short.reliefSince(simEpoch); ok {
+		t.Errorf("fitted from %d intervals, want no fit", minReliefIntervals-1)
+	}
+	// Only intervals from since on count.
+	if _, ok := w.reliefSince(simEpoch.Add(2 * time.Minute)); ok {
+		t.Error("fitted from intervals before since")
+	}
+	if got := fleetRelief([]*worker{flat, short}, simEpoch); got != 1 {
+		t.Errorf("fleet of a flat worker and one too short: relief %v, want 1", got)
+	}
+	if got := fleetRelief([]*worker{w, w}, simEpoch); math.Abs(got-r.factor) > 1e-9 {
+		t.Errorf("two identical workers: relief %v, want %v", got, r.factor)
+	}
+}
+
+// TestReliefCounterReset checks that a worker restarted under the same
+// name, its Completed counter back at zero, does not read as a burst of
+// arrivals, and that arrivals count the change in requests in flight.
+func TestReliefCounterReset(t *testing.T) {
+	w := &worker{}
+	hb := func(sec int, completed int64, inFlight int) {
+		w.observe(schema.Heartbeat{Run: "r", Worker: "w", Time: simEpoch.Add(time.Duration(sec) * time.Second),
+			Window: 200, InFlight: inFlight, Completed: completed}, time.Hour)
+	}
+	hb(0, 500, 100)
+	hb(2, 530, 120) // 30 ended, 20 more in flight
+	hb(4, 3, 120)   // restarted
+	hb(6, 10, 110)
+	want := []float64{-1, 50, -1, 0}
+	for i, s := range w.samples {
+		if s.started != want[i] {
+			t.Errorf("sample %d: started %v, want %v", i, s.started, want[i])
+		}
+	}
+	if st := w.overIdle(time.Minute); st.seconds != 2 {
+		t.Errorf("idle intervals cover %v s, want 2 (the last only)", st.seconds)
+	}
+}
+
+// TestDecodeModelRelief checks that the relief speeds up every request
+// of the drain, and none beside another run's requests, whose prompts
+// keep arriving.
+func TestDecodeModelRelief(t *testing.T) {
+	d := newDecodeModel(10, 2, 2, 0.5, 0, 3)
+	if got := d.at(2); got != 30 {
+		t.Errorf("at the batch measured: %v tokens/s, want 30 (relief 3)", got)
+	}
+	if got, want := d.at(1), 30*4.0/3; math.Abs(got-want) > 1e-9 {
+		t.Errorf("alone: %v tokens/s, want %v", got, want)
+	}
+	if got := newDecodeModel(10, 2, 4, 0.5, 2, 3).at(2); got != 10 {
+		t.Errorf("beside another run: %v tokens/s, want 10 (no relief)", got)
+	}
+	if got := newDecodeModel(10, 2, 2, 0.5, 0, 0).at(2); got != 10 {
+		t.Errorf("relief 0: %v tokens/s, want 10 (counts as none)", got)
+	}
+}
