@@ -50,6 +50,10 @@ type etaInput struct {
 	// arrive (see relief.go): measured in steady state, and 1 once the
 	// speed is measured without arrivals. Zero counts as 1.
 	relief float64
+	// bulkOnly leaves out the stragglers' end: set by eta for the drain
+	// of the requests in flight it weighs near the end, whose stragglers
+	// its own stragglers' end already counts.
+	bulkOnly bool
 }
 
 // runLongest returns the length the run's longest answer is expected to
@@ -197,6 +201,9 @@ func eta(in etaInput) etaBand {
 			low:  fastest(surv, hi, held, quantileOf(maxSurv, hi, 0.95)),
 			high: drainTime(surv, hi, held, quantileOf(maxSurv, hi, 0.05), model(fixedShareHigh, 1)),
 		}
+		if in.bulkOnly {
+			return b
+		}
 		return withStragglers(b, stragglersEnd(in, sv, 0, 0, unlisted, model))
 	}
 	work := float64(queued+unlisted) * mean
@@ -225,7 +232,7 @@ func eta(in etaInput) etaBand {
 		// Close to the end the requests in flight may outlast the rest.
 		d := eta(etaInput{phase: in.phase, remaining: held, inFlight: in.inFlight, censored: in.censored,
 			lengths: sv, speed: in.speed, decoding: in.decoding, longest: in.longest, full: in.full, background: in.background,
-			flights: in.flights, relief: in.relief})
+			flights: in.flights, relief: in.relief, bulkOnly: true})
 		b = laterOf(b, d)
 	}
 	// During ramp-up the tail rests mostly on the prior: as for the bulk's
