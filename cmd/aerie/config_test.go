@@ -169,8 +169,8 @@ func TestConfigFileKeysAndPrecedence(t *testing.T) {
 		t.Fatalf("--print-config: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"run: r  # file", "backend: http://env:8000  # env AERIE_BACKEND", "window: \"64\"  # file",
-		"grace: 9s  # flag", "max-window: \"1024\"  # default",
+		"run: r  # file", "backend: http://env:8000  # env AERIE_BACKEND", "window: 64  # file",
+		"grace: 9s  # flag", "max-window: 1024  # default",
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("--print-config lacks %q:\n%s", want, out)
@@ -178,5 +178,48 @@ func TestConfigFileKeysAndPrecedence(t *testing.T) {
 	}
 	if strings.Contains(out, "sk-never-shown") {
 		t.Errorf("--print-config shows the API key:\n%s", out)
+	}
+}
+
+// What --print-config writes, every setting by group, is a config file
+// that gives the same settings: numbers and booleans as such, a umask's
+// leading zero kept, and the empty defaults of flags that refuse an
+// empty value (a JSON object) read back as the defaults.
+func TestPrintConfigReadsBack(t *testing.T) {
+	bin := buildAerie(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "run.yaml")
+	if err := os.WriteFile(cfg, []byte("prompts: in.jsonl\nrun: r\nmax-tokens: 4096\ntemperature: 0.6\nsamples: 2\nreturn-token-ids: true\numask: \"0022\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first, err := runBin(t, bin, dir, nil, "run", "--config", cfg, "--print-config")
+	if err != nil {
+		t.Fatalf("--print-config: %v\n%s", err, first)
+	}
+	for _, want := range []string{"# Sampling: ", "temperature: 0.6  # file", "samples: 2  # file",
+		"return-token-ids: true  # file", `umask: "0022"  # file`, `chat-template-kwargs: ""  # default`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("--print-config lacks %q:\n%s", want, first)
+		}
+	}
+	printed := filepath.Join(dir, "printed.yaml")
+	if err := os.WriteFile(printed, []byte(first), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second, err := runBin(t, bin, dir, nil, "run", "--config", printed, "--print-config")
+	if err != nil {
+		t.Fatalf("--config of what --print-config wrote: %v\n%s", err, second)
+	}
+	settings := func(out string) string {
+		var lines []string
+		for _, l := range strings.Split(out, "\n") {
+			if v, _, ok := strings.Cut(l, "  # "); ok {
+				lines = append(lines, v)
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	if a, b := settings(first), settings(second); a != b {
+		t.Errorf("read back, the settings differ:\nfirst:\n%s\nsecond:\n%s", a, b)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -139,6 +140,13 @@ func applyConfig(fs *flag.FlagSet, args []string) (*configRun, error) {
 		if env := flagEnv(f); env != "" && os.Getenv(env) != "" {
 			continue
 		}
+		if value == f.DefValue {
+			// The default written out, as --print-config writes every
+			// setting: nothing to set, and an empty value of a flag that
+			// refuses one (a JSON object) is no error.
+			cr.fromCfg[name] = true
+			continue
+		}
 		if err := fs.Set(name, value); err != nil {
 			return nil, fmt.Errorf("--config %s: key %s: %w", cr.file, key, err)
 		}
@@ -197,26 +205,70 @@ func nearestFlag(fs *flag.FlagSet, name string) string {
 var secretFlags = map[string]bool{"api-key": true, "sim-api-key": true}
 
 // printConfig writes fs's settings as YAML, each with where it came
-// from, in the order of the command's help.
+// from, by group in the order of the command's help. Numbers and
+// booleans are written as such, so the output read back as a --config
+// file gives the same settings; a secret is written as "(set)", which
+// must be replaced before the output is used so.
 func printConfig(w io.Writer, fs *flag.FlagSet, cr *configRun) {
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" || f.Name == "print-config" {
-			return
+	first := true
+	for _, g := range groupedFlags(fs) {
+		flags := slices.DeleteFunc(slices.Clone(g.flags), func(f *flag.Flag) bool {
+			return f.Name == "config" || f.Name == "print-config"
+		})
+		if len(flags) == 0 {
+			continue
 		}
-		src := fromDefault
-		switch {
-		case cr.fromArg[f.Name]:
-			src = fromFlag
-		case cr.fromCfg[f.Name]:
-			src = fromFile
-		case flagEnv(f) != "" && os.Getenv(flagEnv(f)) != "":
-			src = fromEnv + " " + settingSource(flagEnv(f))
+		if !first {
+			fmt.Fprintln(w)
 		}
-		value := f.Value.String()
-		if secretFlags[f.Name] && value != "" {
-			value = "(set)"
+		first = false
+		fmt.Fprintf(w, "# %s\n", g.title)
+		for _, f := range flags {
+			src := fromDefault
+			switch {
+			case cr.fromArg[f.Name]:
+				src = fromFlag
+			case cr.fromCfg[f.Name]:
+				src = fromFile
+			case flagEnv(f) != "" && os.Getenv(flagEnv(f)) != "":
+				src = fromEnv + " " + settingSource(flagEnv(f))
+			}
+			var value any = f.Value.String()
+			switch {
+			case secretFlags[f.Name] && f.Value.String() != "":
+				value = "(set)"
+			default:
+				value = typedValue(f)
+			}
+			b, _ := yaml.Marshal(map[string]any{f.Name: value})
+			fmt.Fprintf(w, "%s  # %s\n", strings.TrimRight(string(b), "\n"), src)
 		}
-		b, _ := yaml.Marshal(map[string]string{f.Name: value})
-		fmt.Fprintf(w, "%s  # %s\n", strings.TrimRight(string(b), "\n"), src)
-	})
+	}
+}
+
+// typedValue is f's value as YAML should write it: a number or a boolean
+// for flags of those types, and for aerie's own kinds of value (an
+// optional number, a window of N or auto) a number when the text is one;
+// the flag's own text for everything else, durations included, which
+// YAML would write as nanoseconds.
+func typedValue(f *flag.Flag) any {
+	text := f.Value.String()
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		// Only a number written back the same: "0077" (a umask, octal)
+		// stays text.
+		if i, err := strconv.ParseInt(text, 10, 64); err == nil && strconv.FormatInt(i, 10) == text {
+			return i
+		}
+		if x, err := strconv.ParseFloat(text, 64); err == nil && strconv.FormatFloat(x, 'g', -1, 64) == text {
+			return x
+		}
+		return text
+	}
+	switch v := g.Get().(type) {
+	case bool, int, int64, uint, uint64, float64:
+		return v
+	default:
+		return text
+	}
 }

@@ -76,6 +76,23 @@ func groupOf(name string) (title string, rank int) {
 // group, each as --name with its value's name, wrapped at 80 columns.
 func printUsage(w io.Writer, fs *flag.FlagSet, command, synopsis string) {
 	fmt.Fprintf(w, "Usage: aerie %s %s\n", command, synopsis)
+	for _, g := range groupedFlags(fs) {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, f := range g.flags {
+			writeFlag(w, f)
+		}
+	}
+}
+
+// flagsOfGroup is one group's flags of a command, in the group's order.
+type flagsOfGroup struct {
+	title string
+	flags []*flag.Flag
+}
+
+// groupedFlags returns fs's flags by group, in the order the help shows
+// them; groups the command has no flag of are left out.
+func groupedFlags(fs *flag.FlagSet) []flagsOfGroup {
 	byGroup := map[string][]*flag.Flag{}
 	fs.VisitAll(func(f *flag.Flag) {
 		g, _ := groupOf(f.Name)
@@ -93,16 +110,13 @@ func printUsage(w io.Writer, fs *flag.FlagSet, command, synopsis string) {
 		titles = append(titles, g.title)
 	}
 	titles = append(titles, advancedTitle)
+	var out []flagsOfGroup
 	for _, title := range titles {
-		flags := byGroup[title]
-		if len(flags) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s:\n", title)
-		for _, f := range flags {
-			writeFlag(w, f)
+		if flags := byGroup[title]; len(flags) > 0 {
+			out = append(out, flagsOfGroup{title: title, flags: flags})
 		}
 	}
+	return out
 }
 
 // writeFlag writes one flag's lines of help.
