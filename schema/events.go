@@ -257,6 +257,12 @@ type Throughput struct {
 	// "Stragglers"). Absent otherwise, and from an aggregator older than
 	// the field.
 	Stragglers *Stragglers `json:"stragglers,omitempty"`
+	// PrefillRelief is how much faster the run's requests decode once no
+	// new prompts are prefilled beside them, as measured in steady state
+	// and taken for the drain (docs/eta.md, "Prefill relief"): 1 on a
+	// backend whose requests do not slow with arrivals. Absent until
+	// measured, and from an aggregator older than the field.
+	PrefillRelief float64 `json:"prefill_relief,omitempty"`
 	// WaitingForSlots is set while the run has prompts queued and live
 	// workers that are not paused, none of which holds any of them, for
 	// two events running: workers that serve several runs give

@@ -234,6 +234,7 @@ var wireFields = map[string]wireField{
 	"Throughput.stranded":                    informational,
 	"Throughput.stranded_back_sec":           informational,
 	"Throughput.stragglers":                  informational,
+	"Throughput.prefill_relief":              informational,
 	"Stragglers.in_flight":                   informational,
 	"Stragglers.longest_tokens":              informational,
 	"Stragglers.longest_sec":                 informational,

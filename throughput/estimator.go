@@ -198,7 +198,7 @@ type Estimator struct {
 	steadySince time.Time // when steady was first seen
 	draining    bool      // the last snapshot was draining (see phase)
 	// relief is the prefill relief last measured in steady state (see
-	// relief.go); 0 until then, which counts as none.
+	// relief.go); 0 until then, which counts as none and is not reported.
 	relief float64
 }
 
@@ -467,8 +467,12 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		}
 		speed = long.speed()
 		if out.Phase == schema.PhaseSteady {
-			relief = fleetRelief(live, now.Add(-span))
-			e.relief = relief
+			// A fit that fails (a window not full for a while) keeps
+			// the last one: the relief is the backend's and the run's.
+			if r, ok := fleetRelief(live, now.Add(-span)); ok {
+				e.relief = r
+			}
+			relief = max(e.relief, 1)
 		}
 	}
 	longest := float64(e.longest)
@@ -495,6 +499,7 @@ func (e *Estimator) Snapshot(now time.Time) schema.Throughput {
 		relief:      relief,
 	})
 	out.ETASec, out.ETALowSec, out.ETAHighSec = band.eta, band.low, band.high
+	out.PrefillRelief = math.Round(e.relief*100) / 100
 	if out.Phase == schema.PhaseDraining || (band.stragglers && out.Phase != schema.PhaseDone) {
 		out.Stragglers = waitingOn(out.Phase, requests, e.cfg.Requests-doneRequests, flights, censored)
 	}
@@ -579,6 +584,7 @@ func sanitize(t schema.Throughput) schema.Throughput {
 	fix(&t.MeanCompletionTokens)
 	fix(&t.EstimatedCompletionTokens)
 	fix(&t.ElapsedSec)
+	fix(&t.PrefillRelief)
 	if math.IsNaN(t.ETASec) || math.IsInf(t.ETASec, 0) || t.ETASec < 0 {
 		t.ETASec, t.ETALowSec, t.ETAHighSec = -1, -1, -1
 	}

@@ -115,8 +115,8 @@ func (w *worker) reliefSince(since time.Time) (relief, bool) {
 }
 
 // fleetRelief is the relief of the workers, weighted by how much each
-// decodes; 1 when none can be fitted.
-func fleetRelief(ws []*worker, since time.Time) float64 {
+// decodes; ok is false when none can be fitted.
+func fleetRelief(ws []*worker, since time.Time) (float64, bool) {
 	var sum, weight float64
 	for _, w := range ws {
 		if r, ok := w.reliefSince(since); ok {
@@ -125,7 +125,7 @@ func fleetRelief(ws []*worker, since time.Time) float64 {
 		}
 	}
 	if !(weight > 0) {
-		return 1
+		return 0, false
 	}
-	return sum / weight
+	return sum / weight, true
 }

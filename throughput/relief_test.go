@@ -9,34 +9,43 @@ import (
 	"github.com/aerie-dev/aerie/schema"
 )
 
-// reliefWorker feeds a worker intervals heartbeats 2 s apart with 200
-// requests decoding, a random number of requests sent in each interval
-// (20 to 40), and the per-request speed that speed gives for the prompts
-// sent per second; completed is the counter the heartbeats carry. It
-// returns the worker and the mean of the prompts sent per second.
-func reliefWorker(intervals int, speed func(perSec float64) float64) (*worker, float64) {
-	w := &worker{}
-	rng := rand.New(rand.NewPCG(7, 11))
+// arrivals plays intervals heartbeats 2 s apart of a worker holding 200
+// requests, with 20 to 40 prompts sent in each interval and the
+// per-request speed that speed gives for the prompts sent per second.
+// each gets every heartbeat and the prompts sent since the one before
+// (none before the first); completed, the heartbeat's counter, counts
+// them as the answers that freed their slots.
+func arrivals(intervals int, seed uint64, speed func(perSec float64) float64, each func(hb schema.Heartbeat, sent int)) {
+	rng := rand.New(rand.NewPCG(seed, 11))
 	at := simEpoch
 	var tokens, completed int64
 	inFlight := make([]int, 200)
 	for i := range inFlight {
 		inFlight[i] = 100
 	}
-	beat := func() {
-		w.observe(schema.Heartbeat{Run: "r", Worker: "w", Time: at, Window: 200, InFlight: 200,
-			InFlightTokens: inFlight, TokensStreamed: tokens, Completed: completed}, time.Hour)
+	beat := func(sent int) {
+		each(schema.Heartbeat{Run: "r", Worker: "w", Time: at, Window: 200, InFlight: 200,
+			InFlightTokens: inFlight, TokensStreamed: tokens, Completed: completed}, sent)
 	}
-	beat()
-	sum := 0.0
+	beat(0)
 	for range intervals {
 		sent := 20 + rng.IntN(21)
-		sum += float64(sent) / 2
 		tokens += int64(math.Round(speed(float64(sent)/2) * 200 * 2))
 		completed += int64(sent)
 		at = at.Add(2 * time.Second)
-		beat()
+		beat(sent)
 	}
+}
+
+// reliefWorker is a worker fed arrivals, and the mean of the prompts
+// sent per second.
+func reliefWorker(intervals int, speed func(perSec float64) float64) (*worker, float64) {
+	w := &worker{}
+	sum := 0.0
+	arrivals(intervals, 7, speed, func(hb schema.Heartbeat, sent int) {
+		w.observe(hb, time.Hour)
+		sum += float64(sent) / 2
+	})
 	return w, sum / float64(max(intervals, 1))
 }
 
@@ -75,10 +84,13 @@ func TestReliefFromArrivals(t *testing.T) {
 	if _, ok := w.reliefSince(simEpoch.Add(2 * time.Minute)); ok {
 		t.Error("fitted from intervals before since")
 	}
-	if got := fleetRelief([]*worker{flat, short}, simEpoch); got != 1 {
-		t.Errorf("fleet of a flat worker and one too short: relief %v, want 1", got)
+	if got, ok := fleetRelief([]*worker{flat, short}, simEpoch); !ok || got != 1 {
+		t.Errorf("fleet of a flat worker and one too short: relief %v (fitted %v), want 1", got, ok)
 	}
-	if got := fleetRelief([]*worker{w, w}, simEpoch); math.Abs(got-r.factor) > 1e-9 {
+	if _, ok := fleetRelief([]*worker{short}, simEpoch); ok {
+		t.Error("fleet of one worker too short to fit: fitted")
+	}
+	if got, _ := fleetRelief([]*worker{w, w}, simEpoch); math.Abs(got-r.factor) > 1e-9 {
 		t.Errorf("two identical workers: relief %v, want %v", got, r.factor)
 	}
 }
@@ -123,5 +135,44 @@ func TestDecodeModelRelief(t *testing.T) {
 	}
 	if got := newDecodeModel(10, 2, 2, 0.5, 0, 0).at(2); got != 10 {
 		t.Errorf("relief 0: %v tokens/s, want 10 (counts as none)", got)
+	}
+}
+
+// TestPrefillReliefInEvents checks the estimator end to end: heartbeats
+// whose speed falls with the prompts sent, and the completions that free
+// the slots, give a steady-state event with the relief that step cost
+// implies (2.5 at 15 prompts a second; see TestReliefFromArrivals).
+func TestPrefillReliefInEvents(t *testing.T) {
+	est := New(Config{Run: "r", Total: 100000}, simEpoch)
+	const a, c = 0.050, 0.040
+	rng := rand.New(rand.NewPCG(3, 5))
+	beats, sum, n := 0, 0.0, 0
+	arrivals(150, 3, func(perSec float64) float64 { return (1 - c*perSec) / a }, func(hb schema.Heartbeat, sent int) {
+		if beats == 12 {
+			// Steady (200 answers written), with too few intervals yet.
+			if ev := est.Snapshot(hb.Time); ev.Phase != schema.PhaseSteady || ev.PrefillRelief != 0 {
+				t.Errorf("steady for a few intervals: phase %s, prefill_relief %v, want absent", ev.Phase, ev.PrefillRelief)
+			}
+		}
+		for range sent {
+			est.Completed(hb.Time.Add(-time.Second), Single(40+rng.IntN(400), false))
+		}
+		est.Heartbeat(hb)
+		// An event every interval, as the aggregator takes them; the
+		// fit sees the last five minutes.
+		est.Snapshot(hb.Time)
+		if beats > 30 {
+			sum += float64(sent) / 2
+			n++
+		}
+		beats++
+	})
+	ev := est.Snapshot(simEpoch.Add(300 * time.Second))
+	if ev.Phase != schema.PhaseSteady {
+		t.Fatalf("phase %s, want steady", ev.Phase)
+	}
+	want := 1 / (1 - c*sum/float64(n))
+	if math.Abs(ev.PrefillRelief/want-1) > 0.05 {
+		t.Errorf("prefill_relief %v, want %.2f within 5%%", ev.PrefillRelief, want)
 	}
 }
