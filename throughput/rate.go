@@ -35,7 +35,10 @@ type sample struct {
 // worker is what is known about one worker process: its latest heartbeat
 // and enough of its history to measure rates.
 type worker struct {
-	raw       int64 // the last TokensStreamed counter seen
+	raw int64 // the last TokensStreamed counter seen
+	// backend is where the worker's requests go (Heartbeat.Backend):
+	// workers of one backend share its steps (see relief.go).
+	backend   string
 	ended     int64 // the last Completed+DeadLettered+Retried seen
 	samples   []sample
 	lastHeard time.Time
@@ -98,6 +101,7 @@ func (w *worker) observe(hb schema.Heartbeat, keep time.Duration) {
 	w.ended = ended
 	w.lastHeard = hb.Time
 	w.window = max(hb.Window, 0)
+	w.backend = hb.Backend
 	w.others = min(max(hb.OtherRuns, 0), w.window)
 	w.inFlight = max(hb.InFlight, 0)
 	w.interim = max(hb.InterimTurns, 0)

@@ -1,6 +1,7 @@
 package throughput
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -59,7 +60,7 @@ func TestReliefFromArrivals(t *testing.T) {
 	const a, c = 0.050, 0.040
 	prefill := func(perSec float64) float64 { return (1 - c*perSec) / a }
 	w, mean := reliefWorker(60, prefill)
-	r, ok := w.reliefSince(simEpoch)
+	r, ok := reliefSince([]*worker{w}, simEpoch)
 	if !ok {
 		t.Fatal("no fit from 60 intervals")
 	}
@@ -72,16 +73,16 @@ func TestReliefFromArrivals(t *testing.T) {
 
 	// Each request at its own speed whatever arrives: no relief.
 	flat, _ := reliefWorker(60, func(float64) float64 { return 20 })
-	if r, ok := flat.reliefSince(simEpoch); !ok || r.factor != 1 {
+	if r, ok := reliefSince([]*worker{flat}, simEpoch); !ok || r.factor != 1 {
 		t.Errorf("speed independent of arrivals: relief %v (fitted %v), want 1", r.factor, ok)
 	}
 	// Too short a history to tell a slope from noise.
 	short, _ := reliefWorker(minReliefIntervals-1, prefill)
-	if _, ok := short.reliefSince(simEpoch); ok {
+	if _, ok := reliefSince([]*worker{short}, simEpoch); ok {
 		t.Errorf("fitted from %d intervals, want no fit", minReliefIntervals-1)
 	}
 	// Only intervals from since on count.
-	if _, ok := w.reliefSince(simEpoch.Add(2 * time.Minute)); ok {
+	if _, ok := reliefSince([]*worker{w}, simEpoch.Add(2*time.Minute)); ok {
 		t.Error("fitted from intervals before since")
 	}
 	if got, ok := fleetRelief([]*worker{flat, short}, simEpoch); !ok || got != 1 {
@@ -174,5 +175,64 @@ func TestPrefillReliefInEvents(t *testing.T) {
 	want := 1 / (1 - c*sum/float64(n))
 	if math.Abs(ev.PrefillRelief/want-1) > 0.05 {
 		t.Errorf("prefill_relief %v, want %.2f within 5%%", ev.PrefillRelief, want)
+	}
+}
+
+// TestReliefSharedBackend checks two workers of one backend, each
+// sending its own share of the prompts and heard at its own times: the
+// backend's speed follows the prompts both send, so fitted on one
+// worker's prompts alone the relief comes out far too low, and fitted
+// together it is what the step cost gives.
+func TestReliefSharedBackend(t *testing.T) {
+	const a, c, blocks = 0.050, 0.040, 150
+	rng := rand.New(rand.NewPCG(9, 4))
+	// Per block of 2 s: each worker's prompts sent, and the speed of
+	// every request, set by both workers' prompts together.
+	sent := [2][]float64{}
+	speed := make([]float64, blocks)
+	sum := 0.0
+	for k := range blocks {
+		x, y := float64(10+rng.IntN(11)), float64(10+rng.IntN(11))
+		sent[0], sent[1] = append(sent[0], x), append(sent[1], y)
+		speed[k] = (1 - c*(x+y)/2) / a
+		sum += (x + y) / 2
+	}
+	// at returns a worker's cumulative prompts and tokens at s seconds,
+	// both accruing evenly within a block.
+	at := func(w int, s float64) (prompts, tokens float64) {
+		for k := range blocks {
+			f := min(max(s-2*float64(k), 0)/2, 1)
+			prompts += f * sent[w][k]
+			tokens += f * speed[k] * 100 * 2 // 100 requests of each worker
+		}
+		return prompts, tokens
+	}
+	inFlight := make([]int, 100)
+	for i := range inFlight {
+		inFlight[i] = 50
+	}
+	workers := make([]*worker, 2)
+	for i, offset := range []float64{0, 0.7} {
+		workers[i] = &worker{}
+		for s := offset; s <= 2*blocks; s += 2 {
+			p, tok := at(i, s)
+			workers[i].observe(schema.Heartbeat{Run: "r", Worker: fmt.Sprint("w", i), Backend: "http://gpu-1:8000",
+				Time: simEpoch.Add(time.Duration(s * float64(time.Second))), Window: 100, InFlight: 100,
+				InFlightTokens: inFlight, TokensStreamed: int64(tok), Completed: int64(p)}, time.Hour)
+		}
+	}
+	// The other worker's tokens and prompts are taken evenly over its
+	// own intervals, which straddle two blocks: that blurs the fit a
+	// little, towards too little relief.
+	want := 1 / (1 - c*sum/blocks)
+	got, ok := fleetRelief(workers, simEpoch)
+	if !ok || got < 0.9*want || got > 1.02*want {
+		t.Errorf("one backend, two workers: relief %v (fitted %v), want %.2f, at most 10%% below", got, ok, want)
+	}
+	workers[1].backend = "http://gpu-2:8000"
+	alone, _ := fleetRelief(workers, simEpoch)
+	t.Logf("relief %.2f for %.2f; %.2f fitted as two backends", got, want, alone)
+	if alone > 1+(want-1)/2 {
+		t.Errorf("fitted as two backends: relief %v, want well below %.2f (each sees half the prompts)", alone, want)
 	}
 }
