@@ -45,9 +45,9 @@ import (
 // the run does not show. A prefill that spills into the next interval
 // blurs the arrivals and flattens the line, which errs towards no relief.
 
-// minReliefIntervals is how many heartbeat intervals of one worker the
-// fit needs: under that it has too few arrivals to tell a slope from
-// noise.
+// minReliefIntervals is how many heartbeat intervals of a backend (of
+// its worker heard most) the fit needs: under that it has too few
+// arrivals to tell a slope from noise.
 const minReliefIntervals = 10
 
 // maxRelief bounds the relief: a step that is nine tenths prefill.
@@ -67,7 +67,10 @@ type relief struct {
 // heard most, each other's tokens and prompts taken over the same span
 // (see span): a worker's own prompts are only part of what its backend
 // prefills, and fitted alone, two workers of one server each saw about
-// no relief (1.08 where it was 2.9).
+// no relief (1.08 where it was 2.9). The workers' heartbeats are dated
+// by their own clocks, which for workers of one backend are usually one
+// host's; an offset between them blurs the fit towards too little
+// relief, as a prefill that spills into the next interval does.
 // It returns the fit at one standard error below its estimate, so that a
 // short noisy history does not promise a drain faster than it shows, and
 // never below 1. ok is false when the history is too short or the
